@@ -1,0 +1,3 @@
+from servlens.cli import main
+
+main()

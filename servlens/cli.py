@@ -1,0 +1,90 @@
+"""The `servlens` command line: a thin click group that parses options and delegates.
+
+Each command lives in servlens/commands/<name>.py and is imported only when it runs, so `servlens -h` starts fast
+(duckdb, polars, scipy and matplotlib are imported lazily by the commands that need them).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from servlens import __version__
+from servlens.errors import ServlensError
+
+# command name -> "module:attribute". Order is the order `servlens -h` lists them.
+COMMANDS: dict[str, str] = {
+    "ingest": "servlens.commands.ingest:ingest",
+    "analyze": "servlens.commands.analyze:analyze",
+    "compare": "servlens.commands.compare:compare",
+    "report": "servlens.commands.report:report",
+    "runs": "servlens.commands.runs:runs",
+    "formats": "servlens.commands.formats:formats",
+    "rules": "servlens.commands.rules:rules",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        available = [name for name, target in COMMANDS.items() if importlib.util.find_spec(target.split(":")[0])]
+        return available + sorted(set(super().list_commands(ctx)) - set(available))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, attribute = target.split(":")
+        if importlib.util.find_spec(module_name) is None:
+            return None
+        return getattr(importlib.import_module(module_name), attribute)
+
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "--version", prog_name="servlens")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    default=None,
+    envvar="SERVLENS_DB",
+    help="The DuckDB store [default: .servlens/store.duckdb in the working directory].",
+)
+@click.pass_context
+def cli(ctx: click.Context, db: str | None) -> None:
+    """Find incidents in LLM serving logs and gate releases on before/after statistics.
+
+    \b
+    Example:
+        servlens ingest sample_logs/prefix-cache-off/ --run incident
+        servlens analyze sample_logs/prefix-cache-off/
+        servlens compare sample_logs/steady-a/ sample_logs/steady-b/
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["db"] = db
+
+
+def main() -> None:
+    """Entry point: run the group, turning ServlensError into one line on stderr and its exit code."""
+    try:
+        cli.main(standalone_mode=False)
+    except ServlensError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if exc.exit_code == 1 else exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(0)

@@ -1,0 +1,78 @@
+"""Options and helpers shared by the commands, so every command spells them the same way."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from servlens.errors import ConfigError
+
+OUTPUT_FORMATS = ("text", "json", "md", "html")
+
+
+def db_option(func):
+    """`--db PATH` on a subcommand; falls back to the group's --db, then .servlens/store.duckdb."""
+    return click.option(
+        "--db",
+        "db",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="The DuckDB store [default: .servlens/store.duckdb].",
+    )(func)
+
+
+def resolve_db(ctx: click.Context, db: str | None) -> Path:
+    """The store path: the subcommand's --db, else the group's --db / $SERVLENS_DB, else the default."""
+    from servlens.store.schema import DEFAULT_DB_PATH
+
+    root = ctx.find_root()
+    group_db = (root.obj or {}).get("db") if root.obj else None
+    return Path(db or group_db or DEFAULT_DB_PATH)
+
+
+def output_options(func):
+    """`--format` and `--out`; --format wins over the --out extension; with neither, text on stdout."""
+    func = click.option(
+        "--out",
+        "out",
+        type=click.Path(dir_okay=False, writable=True),
+        default=None,
+        help="Write the result to this file; .json, .md, .html or .txt pick the format.",
+    )(func)
+    func = click.option(
+        "--format",
+        "output_format",
+        type=click.Choice(OUTPUT_FORMATS),
+        default=None,
+        help="Output format [default: from --out's extension, else text].",
+    )(func)
+    return func
+
+
+def pick_format(output_format: str | None, out: str | None) -> str:
+    """Resolve the output format from --format and --out (DESIGN.md Decisions: --format wins)."""
+    if output_format:
+        return output_format
+    if out:
+        suffix = Path(out).suffix.lower()
+        by_suffix = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".txt": "text"}
+        if suffix not in by_suffix:
+            raise ConfigError(
+                f"Cannot tell the output format from '{out}'",
+                "Use a .json, .md, .html or .txt file name, or pass --format",
+            )
+        return by_suffix[suffix]
+    return "text"
+
+
+def write_output(text: str, out: str | None) -> None:
+    """Write to --out (creating its folder) or to stdout."""
+    if out:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        click.echo(f"Wrote {path}", err=True)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")

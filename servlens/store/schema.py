@@ -1,0 +1,188 @@
+"""The DuckDB store: its tables, its schema version, and opening it.
+
+Tables (DESIGN.md "Decisions" fixes the names; add columns, never rename):
+
+- runs            one row per run label
+- sources         one row per ingested file (path, sha256, size, detected format, rows, bad lines, ingested at)
+- requests        the canonical request row, one per request attempt
+- metric_samples  engine metrics, one row per sample (histogram buckets kept)
+- ingest_errors   malformed input lines, with file and line, never silently dropped
+
+A schema version sits in `servlens_meta`; `open_store` creates a new store or migrates an older one, and refuses a
+store written by a newer servlens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from servlens.errors import InputError
+
+SCHEMA_VERSION = 1
+DEFAULT_DB_PATH = Path(".servlens") / "store.duckdb"
+
+# Canonical request columns in their fixed order, with their DuckDB types. Ingest projects every profile onto
+# exactly these; rules, compare and reports read only these.
+REQUEST_COLUMNS: dict[str, str] = {
+    "run": "VARCHAR",
+    "source_id": "INTEGER",
+    "source_line": "BIGINT",
+    "request_id": "VARCHAR",
+    "trace_id": "VARCHAR",
+    "attempt": "INTEGER",
+    "fallback_from": "VARCHAR",
+    "model": "VARCHAR",
+    "served_model": "VARCHAR",
+    "provider": "VARCHAR",
+    "deployment": "VARCHAR",
+    "endpoint": "VARCHAR",
+    "stream": "BOOLEAN",
+    "t_arrival": "TIMESTAMP",
+    "t_first_token": "TIMESTAMP",
+    "t_end": "TIMESTAMP",
+    "queue_s": "DOUBLE",
+    "prefill_s": "DOUBLE",
+    "ttft_s": "DOUBLE",
+    "first_content_s": "DOUBLE",
+    "tpot_s": "DOUBLE",
+    "decode_s": "DOUBLE",
+    "e2e_s": "DOUBLE",
+    "prompt_tokens": "BIGINT",
+    "cached_tokens": "BIGINT",
+    "completion_tokens": "BIGINT",
+    "reasoning_tokens": "BIGINT",
+    "max_tokens": "BIGINT",
+    "context_window": "BIGINT",
+    "finish_reason": "VARCHAR",
+    "finish_reason_raw": "VARCHAR",
+    "status": "VARCHAR",
+    "http_status": "INTEGER",
+    "error_type": "VARCHAR",
+    "error_message": "VARCHAR",
+    "cache_hit": "BOOLEAN",
+    "prefix_key": "VARCHAR",
+    "content_empty": "BOOLEAN",
+    "content_has_reasoning_marker": "BOOLEAN",
+    "reasoning_present": "BOOLEAN",
+    "reasoning_has_marker": "BOOLEAN",
+    "attrs": "JSON",
+    # Only filled with --keep-text; NULL otherwise (privacy by default).
+    "prompt_text": "VARCHAR",
+    "content_text": "VARCHAR",
+    "reasoning_text": "VARCHAR",
+}
+
+FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter", "abort", "error", "timeout", "unknown")
+METRIC_TYPES = ("counter", "gauge", "histogram", "summary", "untyped")
+METRIC_SERIES = ("value", "bucket", "sum", "count", "quantile")
+
+_DDL = f"""
+CREATE TABLE IF NOT EXISTS servlens_meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+
+CREATE TABLE IF NOT EXISTS runs (
+    run VARCHAR PRIMARY KEY,
+    created_at TIMESTAMP DEFAULT current_timestamp,
+    relative_clock BOOLEAN DEFAULT false,   -- no absolute clock: times are offsets from 1970-01-01 (or --start)
+    tz VARCHAR                              -- --tz used for naive wall-clock times, NULL = UTC
+);
+
+CREATE SEQUENCE IF NOT EXISTS source_id_seq START 1;
+CREATE TABLE IF NOT EXISTS sources (
+    source_id INTEGER PRIMARY KEY DEFAULT nextval('source_id_seq'),
+    run VARCHAR NOT NULL,
+    kind VARCHAR NOT NULL,                  -- 'requests' | 'metrics'
+    path VARCHAR NOT NULL,                  -- absolute path as ingested
+    sha256 VARCHAR NOT NULL,
+    size_bytes BIGINT,
+    format VARCHAR,                         -- the profile name (or prometheus-text, openmetrics, prometheus-api)
+    rows BIGINT,
+    bad_lines BIGINT,
+    t_min TIMESTAMP,
+    t_max TIMESTAMP,
+    time_source VARCHAR,                    -- metrics: where the scrape time came from
+    ingested_at TIMESTAMP DEFAULT current_timestamp
+);
+
+CREATE TABLE IF NOT EXISTS requests (
+    {", ".join(f"{name} {sqltype}" for name, sqltype in REQUEST_COLUMNS.items())}
+);
+
+CREATE TABLE IF NOT EXISTS metric_samples (
+    run VARCHAR,
+    source_id INTEGER,
+    ts TIMESTAMP,
+    name VARCHAR,                           -- normalised, suffix-free base name (e.g. vllm:kv_cache_usage_perc)
+    name_raw VARCHAR,                       -- the sample name as exposed (e.g. vllm:gpu_cache_usage_perc)
+    type VARCHAR,                           -- counter | gauge | histogram | summary | untyped
+    series VARCHAR,                         -- value | bucket | sum | count | quantile
+    le DOUBLE,                              -- bucket bound or quantile, else NULL
+    labels MAP(VARCHAR, VARCHAR),
+    value DOUBLE
+);
+
+CREATE TABLE IF NOT EXISTS ingest_errors (
+    source_id INTEGER,
+    path VARCHAR,
+    line BIGINT,                            -- 1-based line number in the (decompressed) file
+    byte_length BIGINT,
+    reason VARCHAR,
+    keys_seen VARCHAR,                      -- top-level keys of the line when it parsed as JSON
+    excerpt VARCHAR                         -- first 200 bytes, redacted; only with --keep-text
+);
+"""
+
+
+def create_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create every table of the current schema version (idempotent)."""
+    con.execute(_DDL)
+    con.execute(
+        "INSERT INTO servlens_meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING",
+        [str(SCHEMA_VERSION)],
+    )
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The store's schema version, or None for an empty database."""
+    has_meta = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'servlens_meta'"
+    ).fetchone()[0]
+    if not has_meta:
+        return None
+    row = con.execute("SELECT value FROM servlens_meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else None
+
+
+# version -> SQL that migrates a store from that version to the next. Empty while there is one version.
+MIGRATIONS: dict[int, str] = {}
+
+
+def open_store(path: str | Path | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open (creating or migrating) the store at `path`; None or ':memory:' gives a temporary in-memory store."""
+    if path is None or str(path) == ":memory:":
+        con = duckdb.connect(":memory:")
+    else:
+        path = Path(path)
+        if read_only and not path.exists():
+            raise InputError(f"No store at {path}", "Ingest something first with 'servlens ingest', or pass --db")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            con = duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            raise InputError(f"Cannot open the store {path}: {exc}", "Check the path, or that no other servlens holds it") from exc
+    version = schema_version(con)
+    if version is None:
+        if read_only:
+            raise InputError(f"{path} is not a servlens store", "Pass the store that 'servlens ingest' wrote")
+        create_schema(con)
+    elif version > SCHEMA_VERSION:
+        raise InputError(
+            f"The store {path} has schema version {version}, newer than this servlens understands ({SCHEMA_VERSION})",
+            "Upgrade servlens",
+        )
+    elif version < SCHEMA_VERSION:
+        for step in range(version, SCHEMA_VERSION):
+            con.execute(MIGRATIONS[step])
+        con.execute("UPDATE servlens_meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+    return con
