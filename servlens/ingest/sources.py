@@ -1,0 +1,158 @@
+"""Finding input files and recording them as sources of a run.
+
+Shared by request-log ingest and metrics ingest: expanding files, folders and globs; hashing a file; deciding
+whether a file is new to a run, already there (skip), or changed at the same path (replace its rows).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from servlens.errors import InputError
+
+COMPRESSED_SUFFIXES = (".gz", ".zst")
+
+
+def expand_inputs(inputs: list[str] | tuple[str, ...]) -> list[tuple[Path, bool]]:
+    """Expand files, folders and globs into files, sorted, each with whether the user named it directly.
+
+    A file the user named directly must be readable by some profile (else exit 2); a file found inside a folder or
+    by a glob that no profile recognises is listed as skipped instead (DESIGN.md Decisions, Ingest).
+    """
+    found: list[tuple[Path, bool]] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_file():
+            found.append((path.resolve(), True))
+        elif path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p.relative_to(path)))
+            found.extend((p.resolve(), False) for p in files)
+        elif any(ch in item for ch in "*?["):
+            matches = sorted(Path(m) for m in glob.glob(item, recursive=True) if Path(m).is_file())
+            if not matches:
+                raise InputError(f"No file matches '{item}'", "Check the pattern, or quote it so the shell does not expand it")
+            found.extend((m.resolve(), False) for m in matches)
+        else:
+            raise InputError(f"No such file or folder: {item}", "Check the path")
+    seen: set[Path] = set()
+    unique = []
+    for path, named in found:
+        if path not in seen:
+            seen.add(path)
+            unique.append((path, named))
+    return unique
+
+
+def _hidden(relative: Path) -> bool:
+    return any(part.startswith(".") for part in relative.parts)
+
+
+def base_suffix(path: Path) -> str:
+    """The file's format suffix with any compression suffix removed: 'x.jsonl.gz' -> '.jsonl'."""
+    name = path.name.lower()
+    for suffix in COMPRESSED_SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return Path(name).suffix
+
+
+def compression_of(path: Path) -> str | None:
+    """'gzip', 'zstd' or None, from the file name."""
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return "gzip"
+    if name.endswith(".zst"):
+        return "zstd"
+    return None
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class SourceDecision:
+    """What to do with one file for one run."""
+
+    action: str  # 'new' | 'skip' (same content already in the run) | 'replace' (same path, changed content)
+    sha256: str
+    size_bytes: int
+    old_source_id: int | None = None
+
+
+def decide_source(con: duckdb.DuckDBPyConnection, run: str, kind: str, path: Path) -> SourceDecision:
+    """Same content in the same run is skipped; a changed file at the same path replaces that source's rows."""
+    sha = file_sha256(path)
+    size = path.stat().st_size
+    same_content = con.execute(
+        "SELECT source_id FROM sources WHERE run = ? AND kind = ? AND sha256 = ?", [run, kind, sha]
+    ).fetchone()
+    if same_content:
+        return SourceDecision("skip", sha, size, same_content[0])
+    same_path = con.execute(
+        "SELECT source_id FROM sources WHERE run = ? AND kind = ? AND path = ?", [run, kind, str(path)]
+    ).fetchone()
+    if same_path:
+        return SourceDecision("replace", sha, size, same_path[0])
+    return SourceDecision("new", sha, size)
+
+
+def delete_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
+    """Remove a source and every row that came from it (call inside the replacing transaction)."""
+    for table in ("requests", "metric_samples", "ingest_errors"):
+        con.execute(f"DELETE FROM {table} WHERE source_id = ?", [source_id])
+    con.execute("DELETE FROM sources WHERE source_id = ?", [source_id])
+
+
+def ensure_run(con: duckdb.DuckDBPyConnection, run: str, relative_clock: bool = False, tz: str | None = None) -> None:
+    """Create the run if new; a run becomes relative-clock if any of its sources has no absolute clock."""
+    con.execute(
+        "INSERT INTO runs (run, relative_clock, tz) VALUES (?, ?, ?) ON CONFLICT (run) DO UPDATE SET "
+        "relative_clock = runs.relative_clock OR excluded.relative_clock",
+        [run, relative_clock, tz],
+    )
+
+
+def insert_source(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    run: str,
+    kind: str,
+    path: Path,
+    decision: SourceDecision,
+    fmt: str,
+    time_source: str | None = None,
+) -> int:
+    """Insert the sources row (rows/bad_lines/time span filled later by update_source_counts); returns its id."""
+    return con.execute(
+        "INSERT INTO sources (run, kind, path, sha256, size_bytes, format, rows, bad_lines, time_source) "
+        "VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?) RETURNING source_id",
+        [run, kind, str(path), decision.sha256, decision.size_bytes, fmt, time_source],
+    ).fetchone()[0]
+
+
+def update_source_counts(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
+    """Fill rows, bad_lines and the time span of a source from what landed in the store."""
+    con.execute(
+        """
+        UPDATE sources SET
+          rows = coalesce((SELECT count(*) FROM requests WHERE source_id = $id), 0)
+               + coalesce((SELECT count(*) FROM metric_samples WHERE source_id = $id), 0),
+          bad_lines = (SELECT count(*) FROM ingest_errors WHERE source_id = $id),
+          t_min = least((SELECT min(t_arrival) FROM requests WHERE source_id = $id),
+                        (SELECT min(ts) FROM metric_samples WHERE source_id = $id)),
+          t_max = greatest((SELECT max(coalesce(t_end, t_arrival)) FROM requests WHERE source_id = $id),
+                           (SELECT max(ts) FROM metric_samples WHERE source_id = $id))
+        WHERE source_id = $id
+        """,
+        {"id": source_id},
+    )
