@@ -131,6 +131,29 @@ CREATE TABLE IF NOT EXISTS ingest_errors (
     keys_seen VARCHAR,                      -- top-level keys of the line when it parsed as JSON
     excerpt VARCHAR                         -- first 200 bytes, redacted; only with --keep-text
 );
+
+-- Cumulative series (counters; histogram/summary buckets, sums and counts) as per-interval increases between
+-- consecutive samples of one series. A drop means the process restarted: the increase after it is the new value
+-- (counted from zero since the restart). The first sample of a series has no interval: increase NULL, not 0.
+CREATE VIEW IF NOT EXISTS metric_counter_increases AS
+SELECT run, source_id, name, name_raw, type, series, le, labels,
+       prev_ts, ts, date_diff('microsecond', prev_ts, ts) / 1e6 AS interval_s,
+       prev_value, value,
+       CASE WHEN prev_value IS NULL THEN NULL WHEN value < prev_value THEN value ELSE value - prev_value END AS increase,
+       coalesce(value < prev_value, false) AS is_reset
+FROM (
+    SELECT *, lag(value) OVER w AS prev_value, lag(ts) OVER w AS prev_ts
+    FROM metric_samples
+    WHERE type = 'counter' OR (type IN ('histogram', 'summary') AND series IN ('bucket', 'sum', 'count'))
+    WINDOW w AS (PARTITION BY run, name, series, le, labels ORDER BY ts, source_id)
+);
+
+-- One row per counter reset (restart) per series: the last sample before it and the first after it.
+CREATE VIEW IF NOT EXISTS metric_counter_resets AS
+SELECT run, name, series, le, labels, prev_ts AS last_ts_before, ts AS first_ts_after, prev_value AS value_before,
+       value AS value_after, source_id
+FROM metric_counter_increases
+WHERE is_reset;
 """
 
 

@@ -1,0 +1,555 @@
+"""Ingesting engine metrics into `metric_samples`: Prometheus scrapes, scrape index files, Prometheus HTTP API JSON.
+
+API used by servlens.ingest.api (the `servlens ingest` command and its folder routing):
+
+    fmt = sniff_metrics(path)              # 'prometheus-text' | 'openmetrics' | 'prometheus-api' | 'scrape-index' | None
+    index = load_scrape_index(idx_path)    # for a 'scrape-index' file: {scrape file path: IndexEntry(scrape_ts, run)}
+    run = cli_run or metrics_run_for(path, index) or <file stem>   # an index's `run` names each file's run
+    decision = decide_source(con, run, "metrics", path)
+    summary = ingest_metrics_file(con, path, run=run, decision=decision, fmt=fmt, at=at, index=index)
+
+`ingest_metrics_file` runs inside the caller's transaction: it handles `decision` ('skip' inserts nothing and returns
+a summary with action 'skip'; 'replace' deletes the old source's rows first), creates the run, inserts the `sources`
+row (kind 'metrics', format, time_source) and all samples in one bulk insert, puts malformed lines in
+`ingest_errors` with their line numbers, and returns the per-source summary:
+
+    {"path", "kind": "metrics", "format", "run", "source_id", "action", "rows", "bad_lines", "t_min", "t_max",
+     "time_source", "time_source_text", "metrics": [normalised names], "created_dropped", "deprecated_dropped",
+     "series_skipped"}
+
+An index file is not a source (it holds no samples): route it to `load_scrape_index` and pass the mapping along; when
+no index is passed, one beside the scrape file (a `*.jsonl` whose rows name files with a `scrape_ts`) is found and used.
+
+Scrape time (DESIGN.md Decisions), first found wins, recorded in `sources.time_source`:
+  'exposition' (sample timestamps: ms in text 0.0.4, s in OpenMetrics) > 'at' (--at) > 'index' (an index file's
+  scrape_ts) > 'file_name' (a 10-digit Unix-seconds, 13-digit ms or ISO-8601 token; `_000` is not a time) > 'mtime'.
+  Samples without a timestamp in an exposition where others have one take the next source; time_source is then e.g.
+  'exposition+file_name'. Prometheus API JSON carries its own times: 'query_result'.
+
+Counter resets: the store's views `metric_counter_increases` (per-interval increases of every cumulative series; a
+drop is a restart and the increase after it is the new value) and `metric_counter_resets` (one row per reset), see
+servlens.store.schema.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Mapping
+
+import duckdb
+
+from servlens.errors import InputError, redact_secrets
+from servlens.ingest.prometheus import (
+    OPENMETRICS_FORMAT,
+    TEXT_FORMAT,
+    LineError,
+    MetricRows,
+    created_companions,
+    normalise_name,
+    parse_exposition,
+)
+from servlens.ingest.sources import (
+    SourceDecision,
+    compression_of,
+    delete_source,
+    ensure_run,
+    insert_source,
+    update_source_counts,
+)
+
+API_FORMAT = "prometheus-api"
+INDEX_FORMAT = "scrape-index"
+METRIC_FORMATS = (TEXT_FORMAT, OPENMETRICS_FORMAT, API_FORMAT)
+
+TIME_SOURCE_TEXT = {
+    "exposition": "the samples' own timestamps",
+    "at": "--at",
+    "index": "the scrape index file",
+    "file_name": "a time in the file name",
+    "mtime": "the file's modification time",
+    "query_result": "the Prometheus API result's timestamps",
+}
+
+_SNIFF_BYTES = 64 * 1024
+_SAMPLE_LINE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?[ \t]+(\S+)([ \t]+[-+]?[0-9.eE+]+)?[ \t]*$")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reading and sniffing
+
+
+def read_text(path: Path, limit: int | None = None) -> str:
+    """The file's text (decompressed for .gz/.zst), or its first `limit` bytes."""
+    compression = compression_of(path)
+    if compression == "gzip":
+        opener = gzip.open(path, "rb")
+    elif compression == "zstd":
+        import zstandard
+
+        opener = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
+    else:
+        opener = open(path, "rb")
+    with opener as handle:
+        data = handle.read(limit) if limit else handle.read()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    return data.decode("utf-8", errors="replace")
+
+
+def sniff_metrics(path: Path) -> str | None:
+    """What kind of metrics file this is: 'prometheus-text', 'openmetrics', 'prometheus-api', 'scrape-index' or None."""
+    try:
+        head = read_text(Path(path), _SNIFF_BYTES)
+    except (OSError, EOFError, ValueError):
+        return None
+    return sniff_metrics_text(head, complete=len(head.encode("utf-8", "replace")) < _SNIFF_BYTES)
+
+
+def sniff_metrics_text(head: str, complete: bool = True) -> str | None:
+    """Sniff from the first bytes of a file (`complete` when that is the whole file)."""
+    text = head.lstrip()
+    if not text:
+        return None
+    if text[0] in "{[":
+        first_line = text.split("\n", 1)[0]
+        try:
+            obj = json.loads(first_line)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and "file" in obj and "scrape_ts" in obj:
+            return INDEX_FORMAT
+        if re.search(r'"resultType"\s*:\s*"(matrix|vector)"', text[:_SNIFF_BYTES]) and '"data"' in text:
+            return API_FORMAT
+        return None
+    lines = [line.strip() for line in text.split("\n")]
+    if not complete:
+        lines = lines[:-1]  # the last line may be cut
+    significant = [line for line in lines if line][:20]
+    if not significant:
+        return None
+    declared = False
+    for line in significant:
+        if line.startswith("#"):
+            if re.match(r"#\s*(HELP|TYPE|UNIT)\s+[a-zA-Z_:][a-zA-Z0-9_:]*(\s|$)", line) or line == "# EOF":
+                declared = True
+            continue
+        match = _SAMPLE_LINE.match(line)
+        if not match or not _is_float(match.group(2)):
+            return None
+    if not declared and all(line.startswith("#") for line in significant):
+        return None
+    if complete:
+        from servlens.ingest.prometheus import detect_format
+
+        return detect_format(head)
+    return OPENMETRICS_FORMAT if any(line.startswith("# UNIT ") for line in significant) else TEXT_FORMAT
+
+
+def _is_float(token: str) -> bool:
+    if "_" in token:
+        return False
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# scrape index files
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """What an index file says about one scrape file."""
+
+    scrape_ts: float  # Unix seconds
+    run: str | None
+    index_path: Path
+    line: int
+
+
+ScrapeIndex = Mapping[Path, IndexEntry]
+
+
+def load_scrape_index(path: Path) -> dict[Path, IndexEntry]:
+    """Read an index file (JSON lines naming each scrape `file` with its `scrape_ts` and optionally its `run`)."""
+    path = Path(path).resolve()
+    entries: dict[Path, IndexEntry] = {}
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            ts = _timestamp_value(row["scrape_ts"])
+            target = (path.parent / str(row["file"])).resolve()
+        except (ValueError, KeyError, TypeError):
+            continue  # an index line that names no file/time cannot be used; the scrape falls back to other times
+        run = row.get("run")
+        entries[target] = IndexEntry(ts, str(run) if run not in (None, "") else None, path, number)
+    if not entries:
+        raise InputError(
+            f"{path} has no usable lines (each needs 'file' and 'scrape_ts')",
+            "Check that it is a scrape index, or ingest the scrape files without it",
+        )
+    return entries
+
+
+def find_scrape_index(path: Path) -> dict[Path, IndexEntry]:
+    """The entries of every index file beside `path` (so a scrape named on its own still finds its time and run)."""
+    path = Path(path).resolve()
+    found: dict[Path, IndexEntry] = {}
+    for candidate in sorted(path.parent.glob("*.jsonl")):
+        if "index" not in candidate.name.lower():
+            continue
+        if sniff_metrics(candidate) == INDEX_FORMAT:
+            try:
+                found.update(load_scrape_index(candidate))
+            except InputError:
+                continue
+    return found
+
+
+def metrics_run_for(path: Path, index: ScrapeIndex | None = None) -> str | None:
+    """The run an index names for this scrape file (from `index`, else an index file beside it), or None."""
+    path = Path(path).resolve()
+    if index is None:
+        index = find_scrape_index(path)
+    entry = index.get(path)
+    return entry.run if entry else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# scrape time
+
+
+def parse_at(value: str | float | datetime) -> float:
+    """--at as Unix seconds: ISO-8601 (naive = UTC) or a Unix time in seconds/ms."""
+    try:
+        return _timestamp_value(value)
+    except (ValueError, TypeError):
+        raise InputError(
+            f"--at {value!r} is not a time",
+            "Give an ISO-8601 time such as 2026-11-28T14:05:00Z, or Unix seconds",
+        ) from None
+
+
+def _timestamp_value(value) -> float:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.timestamp()
+    if isinstance(value, bool):
+        raise TypeError("not a time")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        text = str(value).strip()
+        if re.fullmatch(r"[-+]?\d+(\.\d+)?", text):
+            seconds = float(text)
+        else:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+            return _timestamp_value(parsed)
+    if not math.isfinite(seconds):
+        raise ValueError("not finite")
+    if abs(seconds) >= 1e11:  # 13-digit values are milliseconds
+        seconds /= 1000.0
+    return seconds
+
+
+_ISO_IN_NAME = re.compile(
+    r"(?<!\d)(\d{4})-(\d{2})-(\d{2})[T_ ](\d{2})[:\-]?(\d{2})(?:[:\-]?(\d{2})(?:[.,](\d{1,9}))?)?"
+    r"(Z|[+-]\d{2}:?\d{2})?(?!\d)"
+)
+_ISO_BASIC_IN_NAME = re.compile(r"(?<!\d)(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})?(Z)?(?!\d)")
+_UNIX_IN_NAME = re.compile(r"(?<!\d)(\d{13}|\d{10})(?!\d)")
+
+
+def time_from_file_name(name: str) -> float | None:
+    """A time written in a file name: ISO-8601 (extended or basic), 10-digit Unix seconds or 13-digit ms."""
+    for pattern in (_ISO_IN_NAME, _ISO_BASIC_IN_NAME):
+        for match in pattern.finditer(name):
+            year, month, day, hour, minute = (int(g) for g in match.groups()[:5])
+            second = int(match.group(6) or 0)
+            fraction = match.group(7) if pattern is _ISO_IN_NAME else None
+            zone = match.groups()[-1]
+            try:
+                moment = datetime(year, month, day, hour, minute, second, tzinfo=timezone.utc)
+            except ValueError:
+                continue
+            seconds = moment.timestamp() + (float("0." + fraction) if fraction else 0.0)
+            if zone and zone != "Z":
+                sign = 1 if zone[0] == "+" else -1
+                digits = zone[1:].replace(":", "")
+                seconds -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+            return seconds
+    match = _UNIX_IN_NAME.search(name)
+    if match:
+        digits = match.group(1)
+        return int(digits) / 1000.0 if len(digits) == 13 else float(int(digits))
+    return None
+
+
+def resolve_scrape_time(path: Path, *, at: float | None, index: ScrapeIndex | None) -> tuple[float, str]:
+    """The time of a scrape without sample timestamps, and where it came from: at > index > file_name > mtime."""
+    if at is not None:
+        return at, "at"
+    entry = index.get(Path(path).resolve()) if index else None
+    if entry is not None:
+        return entry.scrape_ts, "index"
+    from_name = time_from_file_name(Path(path).name)
+    if from_name is not None:
+        return from_name, "file_name"
+    return Path(path).stat().st_mtime, "mtime"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ingest
+
+
+def ingest_metrics_file(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    *,
+    run: str,
+    decision: SourceDecision,
+    fmt: str | None = None,
+    at: float | str | datetime | None = None,
+    index: ScrapeIndex | None = None,
+    keep_text: bool = False,
+) -> dict:
+    """Ingest one metrics file into `metric_samples` inside the caller's transaction; returns its summary dict."""
+    path = Path(path).resolve()
+    fmt = fmt or sniff_metrics(path)
+    if fmt not in METRIC_FORMATS:
+        what = "a scrape index (it names scrape files; pass it as index=)" if fmt == INDEX_FORMAT else "not a metrics file"
+        raise InputError(
+            f"{path} is {what}",
+            "Metrics files are Prometheus text/OpenMetrics scrapes or Prometheus API query/query_range JSON",
+        )
+    summary = {
+        "path": str(path), "kind": "metrics", "format": fmt, "run": run, "source_id": None,
+        "action": decision.action, "rows": 0, "bad_lines": 0, "t_min": None, "t_max": None,
+        "time_source": None, "time_source_text": None, "metrics": [], "created_dropped": 0,
+        "deprecated_dropped": 0, "series_skipped": 0,
+    }
+    if decision.action == "skip":
+        summary["source_id"] = decision.old_source_id
+        return summary
+    if decision.action == "replace" and decision.old_source_id is not None:
+        delete_source(con, decision.old_source_id)
+    ensure_run(con, run)
+    text = read_text(path)
+    if fmt == API_FORMAT:
+        _check_api_answer(con, text, path)
+        time_source = "query_result"
+        source_id = insert_source(con, run=run, kind="metrics", path=path, decision=decision, fmt=fmt, time_source=time_source)
+        errors, skipped = _ingest_api(con, text, path, run, source_id)
+        _insert_errors(con, source_id, path, errors, keep_text)
+        extra = {"series_skipped": skipped}
+    else:
+        if index is None:
+            index = find_scrape_index(path)
+        at_seconds = parse_at(at) if at is not None else None
+        exposition = parse_exposition(text, fmt)
+        rows, errors = exposition.rows, exposition.errors
+        fallback_ts, fallback_source = resolve_scrape_time(path, at=at_seconds, index=index)
+        with_ts = sum(ts is not None for ts in rows.timestamp)
+        if with_ts == 0:
+            time_source = fallback_source
+        elif with_ts == len(rows):
+            time_source = "exposition"
+        else:
+            time_source = f"exposition+{fallback_source}"
+        rows.timestamp = [fallback_ts if ts is None else ts for ts in rows.timestamp]
+        extra = {"created_dropped": exposition.created_dropped, "deprecated_dropped": exposition.deprecated_dropped}
+        source_id = insert_source(con, run=run, kind="metrics", path=path, decision=decision, fmt=fmt, time_source=time_source)
+        _insert_rows(con, run, source_id, rows)
+        _insert_errors(con, source_id, path, errors, keep_text)
+    update_source_counts(con, source_id)
+    counts = con.execute(
+        "SELECT rows, bad_lines, t_min, t_max FROM sources WHERE source_id = ?", [source_id]
+    ).fetchone()
+    names = con.execute(
+        "SELECT DISTINCT name FROM metric_samples WHERE source_id = ? ORDER BY name", [source_id]
+    ).fetchall()
+    summary.update(extra)
+    summary.update(
+        source_id=source_id,
+        rows=counts[0],
+        bad_lines=counts[1],
+        t_min=counts[2].isoformat() + "Z" if counts[2] else None,
+        t_max=counts[3].isoformat() + "Z" if counts[3] else None,
+        time_source=time_source,
+        time_source_text="scrape time from " + " and ".join(TIME_SOURCE_TEXT[s] for s in time_source.split("+")),
+        metrics=[n[0] for n in names],
+    )
+    return summary
+
+
+def _insert_rows(con: duckdb.DuckDBPyConnection, run: str, source_id: int, rows: MetricRows) -> None:
+    """One INSERT for the whole file: the columns go in as DuckDB lists and are unnested side by side."""
+    if not len(rows):
+        return
+    con.execute(
+        """
+        INSERT INTO metric_samples (run, source_id, ts, name, name_raw, type, series, le, labels, value)
+        SELECT $run, $source_id, make_timestamp(CAST(round(ts * 1e6) AS BIGINT)), name, name_raw, type, series, le,
+               map(label_keys, label_values), value
+        FROM (SELECT unnest($ts::DOUBLE[]) AS ts, unnest($name::VARCHAR[]) AS name,
+                     unnest($name_raw::VARCHAR[]) AS name_raw, unnest($type::VARCHAR[]) AS type,
+                     unnest($series::VARCHAR[]) AS series, unnest($le::DOUBLE[]) AS le,
+                     unnest($label_keys::VARCHAR[][]) AS label_keys, unnest($label_values::VARCHAR[][]) AS label_values,
+                     unnest($value::DOUBLE[]) AS value)
+        """,
+        {
+            "run": run, "source_id": source_id, "ts": rows.timestamp, "name": rows.name, "name_raw": rows.name_raw,
+            "type": rows.type, "series": rows.series, "le": rows.le, "label_keys": rows.label_keys,
+            "label_values": rows.label_values, "value": rows.value,
+        },
+    )
+
+
+def _insert_errors(con, source_id: int, path: Path, errors: list[LineError], keep_text: bool) -> None:
+    if not errors:
+        return
+    con.execute(
+        """
+        INSERT INTO ingest_errors (source_id, path, line, byte_length, reason, keys_seen, excerpt)
+        SELECT $source_id, $path, unnest($line::BIGINT[]), unnest($length::BIGINT[]), unnest($reason::VARCHAR[]),
+               NULL, unnest($excerpt::VARCHAR[])
+        """,
+        {
+            "source_id": source_id, "path": str(path),
+            "line": [e.line for e in errors], "length": [e.byte_length for e in errors],
+            "reason": [redact_secrets(e.reason) for e in errors],
+            "excerpt": [redact_secrets(e.text[:200]) if keep_text and e.text else None for e in errors],
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prometheus HTTP API JSON (query_range matrix, query vector)
+
+
+def _check_api_answer(con: duckdb.DuckDBPyConnection, text: str, path: Path) -> None:
+    try:
+        status, error_type, error, result_type = con.execute(
+            "SELECT d->>'$.status', d->>'$.errorType', d->>'$.error', d->>'$.data.resultType' FROM (SELECT ?::JSON AS d)",
+            [text],
+        ).fetchone()
+    except duckdb.Error:
+        raise InputError(f"{path} is not valid JSON", "Save the Prometheus API answer as it was returned") from None
+    if status == "error":
+        raise InputError(f"{path} is a Prometheus API error answer ({error_type}: {error})", "Re-run the query and save a success")
+    if result_type not in ("matrix", "vector"):
+        raise InputError(
+            f"{path} holds a Prometheus '{result_type}' result, not series",
+            "Save a query_range (matrix) or query (vector) answer",
+        )
+
+
+def _ingest_api(con: duckdb.DuckDBPyConnection, text: str, path: Path, run: str, source_id: int) -> tuple[list[LineError], int]:
+    """Insert a query_range/query answer. Series metadata (few rows) is normalised in Python; DuckDB expands, casts
+    and inserts the points. Returns the errors and the number of series skipped."""
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _sl_api_series AS "
+        "SELECT generate_subscripts(r, 1) AS sidx, unnest(r) AS s "
+        "FROM (SELECT from_json((?::JSON)->'$.data.result', '[\"JSON\"]') AS r)",
+        [text],
+    )
+    try:
+        metas = con.execute(
+            "SELECT sidx, (s->'$.metric')::VARCHAR, s->'$.histograms' IS NOT NULL FROM _sl_api_series ORDER BY sidx"
+        ).fetchall()
+        metrics = [json.loads(m) if m else {} for _, m, _ in metas]
+        names = {m.get("__name__") for m in metrics if m.get("__name__")}
+        created = created_companions(names, {})
+        errors: list[LineError] = []
+        meta: dict[str, list] = {k: [] for k in ("sidx", "name", "raw", "type", "series", "le", "k", "v")}
+        skipped = 0
+        for (sidx, _, has_native), metric in zip(metas, metrics):
+            name_raw = metric.get("__name__")
+            if not name_raw:
+                errors.append(LineError(None, None, f"series {sidx} has no __name__ (a computed expression); only raw series are read", ""))
+                skipped += 1
+                continue
+            if name_raw in created:
+                skipped += 1
+                continue
+            if has_native:
+                errors.append(LineError(None, None, f"series {sidx} ({name_raw}) holds native histograms, which are not read", ""))
+            labels = {k: str(v) for k, v in metric.items() if k != "__name__"}
+            mtype, series, base, le = _infer_api_series(name_raw, labels, names)
+            keys = sorted(labels)
+            for key, value in zip(meta, (sidx, normalise_name(base), name_raw, mtype, series, le, keys, [labels[k] for k in keys])):
+                meta[key].append(value)
+        if not meta["sidx"]:
+            return errors, skipped
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _sl_api_meta AS SELECT unnest($sidx::BIGINT[]) sidx, unnest($name::VARCHAR[]) name, "
+            "unnest($raw::VARCHAR[]) name_raw, unnest($type::VARCHAR[]) type, unnest($series::VARCHAR[]) series, "
+            "unnest($le::DOUBLE[]) le, unnest($k::VARCHAR[][]) k, unnest($v::VARCHAR[][]) v",
+            meta,
+        )
+        con.execute(
+            """
+            CREATE OR REPLACE TEMP TABLE _sl_api_points AS
+            SELECT sidx, try_cast(p[1]::VARCHAR AS DOUBLE) AS ts, p[2]->>'$' AS value_text,
+                   try_cast(p[2]->>'$' AS DOUBLE) AS value
+            FROM (SELECT sidx, unnest(coalesce(from_json(s->'$.values', '[["JSON"]]'),
+                                               [from_json(s->'$.value', '["JSON"]')])) AS p
+                  FROM _sl_api_series)
+            WHERE p IS NOT NULL
+            """
+        )
+        con.execute(
+            """
+            INSERT INTO metric_samples (run, source_id, ts, name, name_raw, type, series, le, labels, value)
+            SELECT ?, ?, make_timestamp(CAST(round(p.ts * 1e6) AS BIGINT)), m.name, m.name_raw, m.type, m.series, m.le,
+                   map(m.k, m.v), p.value
+            FROM _sl_api_points p JOIN _sl_api_meta m USING (sidx)
+            WHERE p.ts IS NOT NULL AND p.value IS NOT NULL
+            ORDER BY p.sidx, p.ts
+            """,
+            [run, source_id],
+        )
+        bad = con.execute(
+            "SELECT p.sidx, m.name_raw, count(*), min(p.value_text) FROM _sl_api_points p JOIN _sl_api_meta m USING (sidx) "
+            "WHERE p.ts IS NULL OR p.value IS NULL GROUP BY ALL ORDER BY p.sidx"
+        ).fetchall()
+        for sidx, name_raw, count, example in bad:
+            errors.append(LineError(None, None, f"series {sidx} ({name_raw}) has {count} point(s) that are not [time, number], e.g. {example!r}", ""))
+        return errors, skipped
+    finally:
+        for table in ("_sl_api_series", "_sl_api_meta", "_sl_api_points"):
+            con.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _infer_api_series(name: str, labels: dict[str, str], names: set[str]) -> tuple[str, str, str, float | None]:
+    """(type, series, base name, le) of a raw series from the Prometheus API, which carries no TYPE: by suffix."""
+    if name.endswith("_bucket") and "le" in labels:
+        return "histogram", "bucket", name[: -len("_bucket")], _label_number(labels.pop("le"))
+    for suffix, series in (("_sum", "sum"), ("_count", "count")):
+        if name.endswith(suffix):
+            base = name[: -len(suffix)]
+            # A summary exposes its quantiles under the bare name; otherwise _sum/_count belong to a histogram.
+            return ("summary" if base in names else "histogram"), series, base, None
+    if "quantile" in labels and (f"{name}_sum" in names or f"{name}_count" in names):
+        return "summary", "quantile", name, _label_number(labels.pop("quantile"))
+    if name.endswith("_total"):
+        return "counter", "value", name[: -len("_total")], None
+    return "untyped", "value", name, None
+
+
+def _label_number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
