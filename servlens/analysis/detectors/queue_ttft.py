@@ -1,0 +1,245 @@
+"""SL004 queue-driven TTFT spikes.
+
+A window's TTFT p99 "jumps" when it is at least `spike_ratio` times (and `min_excess_s` more than) what a typical
+request of the scope takes without waiting (the run's p50 of TTFT minus wait). The same requests then say why: their
+wait (queue_s, else TTFT - prefill_s) is the share of TTFT spent queueing. Among the window's slow requests (TTFT at
+or above the window's `tail_quantile`), a wait share of at least `min_queue_share` makes the spike queue-driven;
+otherwise it is prefill-driven (long prompts, cache misses, slower compute) and the rule says so and stays clear.
+
+Because the judgement compares each request with itself minus its wait, a run that is one burst from start to end
+still shows the spike; a spike in the first window is named as a cold start or initial burst.
+
+Without a per-request wait, a waiting-requests gauge (vLLM num_requests_waiting, llama.cpp requests_deferred) > 0
+during a window whose TTFT p99 jumped above the run's TTFT p50 is the (weaker) queue evidence.
+"""
+
+from __future__ import annotations
+
+from servlens.analysis.detectors._common import chart, not_evaluable, q, ratio, rounded, secs, table
+from servlens.analysis.runner import DetectorContext
+from servlens.analysis.windows import iso, merge_runs
+
+WAIT_EXPR = "greatest(coalesce(queue_s, ttft_s - prefill_s), 0)"
+# Gauges that count requests waiting for a slot, by engine; and corroborating capacity signals.
+WAITING_GAUGES = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs", "tgi_queue_size")
+RUNNING_GAUGES = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs")
+KV_GAUGES = ("vllm:kv_cache_usage_perc", "sglang:token_usage")
+PREEMPTION_COUNTERS = ("vllm:num_preemptions",)
+
+
+def _gauge_by_window(ctx: DetectorContext, names: tuple[str, ...]) -> tuple[str | None, dict[int, float]]:
+    """The first of `names` that has samples: its max per window (sum over series, e.g. several engines)."""
+    spec = ctx.window
+    for name in names:
+        if name not in ctx.metrics_present:
+            continue
+        found = ctx.rows(
+            f"""SELECT w, max(v) AS v FROM (
+                    SELECT {spec.index_sql('ts')} AS w, ts, sum(value) AS v FROM scope_metrics
+                    WHERE name = ? AND series = 'value' GROUP BY ALL)
+                GROUP BY w""",
+            [name],
+        )
+        return name, {row["w"]: row["v"] for row in found}
+    return None, {}
+
+
+def _metric_max(ctx: DetectorContext, names: tuple[str, ...], first: int, last: int) -> tuple[str | None, float | None]:
+    name, by_window = _gauge_by_window(ctx, names)
+    values = [v for w, v in by_window.items() if first <= w <= last and v is not None]
+    return name, (max(values) if values else None)
+
+
+def detect(ctx: DetectorContext) -> dict:
+    p = ctx.params
+    spec = ctx.window
+    per_request_wait = ctx.path_available("per-request queue time") or ctx.path_available("per-request prefill time")
+    if spec is None:
+        return not_evaluable("no request has an arrival, first-token or end time (t_arrival, t_first_token, t_end)",
+                             "Queue-driven TTFT spikes cannot be placed in time.")
+    base_where = "ttft_s IS NOT NULL AND t_at IS NOT NULL" + (f" AND {WAIT_EXPR} IS NOT NULL" if per_request_wait else "")
+    n = ctx.one(f"SELECT count(*) AS n FROM scope_requests WHERE {base_where}")["n"]
+    if n < p["min_requests"]:
+        what = "TTFT and a wait measure (queue_s or prefill_s)" if per_request_wait else "TTFT"
+        return not_evaluable(f"only {n} requests with {what}; the rule needs at least {p['min_requests']} (min_requests)",
+                             "Too few requests to judge TTFT spikes.")
+
+    nowait = f"(ttft_s - {WAIT_EXPR})" if per_request_wait else "ttft_s"
+    run = ctx.one(f"""SELECT {q(nowait, 0.5)} AS nowait_p50, {q(nowait, 0.99)} AS nowait_p99,
+                             {q('ttft_s', 0.5)} AS ttft_p50, {q('ttft_s', 0.99)} AS ttft_p99,
+                             {q('prompt_tokens', 0.5)} AS prompt_p50
+                      FROM scope_requests WHERE {base_where}""")
+    baseline = run["nowait_p50"]
+    wait_cols = (f""", {q(WAIT_EXPR, 0.5)} AS wait_p50, {q(WAIT_EXPR, 0.99)} AS wait_p99, {q(nowait, 0.99)} AS nowait_p99,
+                    sum(CASE WHEN ttft_s >= tail THEN {WAIT_EXPR} END) / nullif(sum(CASE WHEN ttft_s >= tail THEN ttft_s END), 0)
+                      AS queue_share""" if per_request_wait else
+                 ", NULL AS wait_p50, NULL AS wait_p99, NULL AS nowait_p99, NULL AS queue_share")
+    windows = ctx.rows(f"""
+        WITH r AS (SELECT *, {spec.index_sql()} AS w FROM scope_requests WHERE {base_where}),
+             tails AS (SELECT w, {q('ttft_s', p['tail_quantile'])} AS tail FROM r GROUP BY w)
+        SELECT w, count(*) AS n, {q('ttft_s', 0.99)} AS ttft_p99, {q('ttft_s', 0.5)} AS ttft_p50,
+               {q('prompt_tokens', 0.5)} AS prompt_p50 {wait_cols}
+        FROM r JOIN tails USING (w) GROUP BY w ORDER BY w""")
+
+    gauge_name, waiting = _gauge_by_window(ctx, WAITING_GAUGES)
+    if not per_request_wait and gauge_name is None:
+        return not_evaluable("no per-request wait (queue_s, prefill_s) and no waiting-requests gauge",
+                             "Cannot tell queueing from prefill.")
+
+    threshold = max(p["spike_ratio"] * baseline, baseline + p["min_excess_s"])
+    queue_windows, prefill_windows = [], []
+    for win in windows:
+        if win["n"] < p["min_window_requests"] or win["ttft_p99"] is None or win["ttft_p99"] < threshold:
+            continue
+        if per_request_wait:
+            queue_driven = (win["queue_share"] or 0.0) >= p["min_queue_share"]
+        else:
+            queue_driven = (waiting.get(win["w"]) or 0) > 0
+        (queue_windows if queue_driven else prefill_windows).append(win)
+
+    shown = [w for w in windows if w["n"] >= 1]
+    series = [{"name": "TTFT p99 (s)", "x": [iso(spec.start(w["w"])) for w in shown], "y": [rounded(w["ttft_p99"]) for w in shown]}]
+    if per_request_wait:
+        series.append({"name": "TTFT p99 without waiting (s)", "x": series[0]["x"], "y": [rounded(w["nowait_p99"]) for w in shown]})
+        series.append({"name": "wait p99 (s)", "x": series[0]["x"], "y": [rounded(w["wait_p99"]) for w in shown]})
+    peak = _peak_window(ctx, base_where)
+    vspans = [{"x0": iso(spec.start(a)), "x1": iso(spec.start(b + 1)), "label": "queue-driven spike"}
+              for a, b in merge_runs([w["w"] for w in queue_windows])]
+    vspans += [{"x0": iso(spec.start(a)), "x1": iso(spec.start(b + 1)), "label": "prefill-driven spike"}
+               for a, b in merge_runs([w["w"] for w in prefill_windows])]
+    if peak:
+        vspans.append({"x0": peak["start"], "x1": peak["end"], "label": f"peak {spec.peak_s:g} s window"})
+    the_chart = chart("line", "TTFT p99 per window", "time", "TTFT (s)", series, x_time=True,
+                      hlines=[{"y": rounded(threshold), "label": f"spike line ({p['spike_ratio']:g}x no-wait TTFT p50)"}],
+                      vspans=vspans)
+
+    metrics = {
+        "requests": n, "window_s": spec.width_s, "windows": len(windows),
+        "baseline_nowait_ttft_p50_s": rounded(baseline), "run_ttft_p99_s": rounded(run["ttft_p99"]),
+        "run_prompt_tokens_p50": rounded(run["prompt_p50"]),
+        "peak_window_ttft_p99_s": rounded(peak["ttft_p99"]) if peak else None,
+        "peak_window_start": peak["start"] if peak else None, "peak_window_end": peak["end"] if peak else None,
+        "spike_line_s": rounded(threshold), "wait_source": _wait_source(ctx) if per_request_wait else gauge_name,
+    }
+    thresholds = {k: p[k] for k in ("spike_ratio", "min_excess_s", "min_queue_share", "tail_quantile",
+                                    "min_window_requests", "min_requests")}
+
+    if not queue_windows:
+        if prefill_windows:
+            worst = max(prefill_windows, key=lambda w: w["ttft_p99"])
+            growth = ratio(worst["prompt_p50"], run["prompt_p50"])
+            cause = (f"prompts {growth:.1f}x longer than the run's median" if growth and growth >= p["prompt_growth_limit"]
+                     else "prompt lengths about as usual, so slower prefill (cache misses, compute contention; see SL001)")
+            share = worst["queue_share"]
+            summary = (f"TTFT p99 jumped to {secs(worst['ttft_p99'])} in {len(prefill_windows)} window(s), but it is "
+                       f"prefill-driven, not queue-driven: "
+                       + (f"waiting is {share:.0%} of the slow requests' TTFT; " if share is not None else "no requests were waiting; ")
+                       + cause + ".")
+            metrics |= {"spike_kind": "prefill-driven", "worst_ttft_p99_s": rounded(worst["ttft_p99"]),
+                        "queue_share": rounded(share), "prompt_growth": rounded(growth)}
+            return {"state": "clear", "summary": summary,
+                    "evidence": {"metrics": metrics, "thresholds": thresholds, "chart": the_chart,
+                                 "windows": [spec.bounds(a, b) for a, b in merge_runs([w["w"] for w in prefill_windows])]}}
+        return {"state": "clear",
+                "summary": f"No TTFT spike: TTFT p99 stayed under {secs(threshold)} in every window of {spec.width_s:g} s "
+                           f"(no-wait TTFT p50 {secs(baseline)}).",
+                "evidence": {"metrics": metrics, "thresholds": thresholds, "chart": the_chart}}
+
+    worst = max(queue_windows, key=lambda w: w["ttft_p99"])
+    runs = merge_runs([w["w"] for w in queue_windows])
+    first, last = runs[0][0], runs[-1][1]
+    cold_start = runs[0][0] == 0
+    growth = ratio(worst["prompt_p50"], run["prompt_p50"])
+    spike_ratio = ratio(worst["ttft_p99"], baseline)
+    n_spike = sum(w["n"] for w in queue_windows)
+    share_all = None
+    if per_request_wait:
+        index = spec.index_sql()
+        listed = ", ".join(str(w["w"]) for w in queue_windows)
+        agg = ctx.one(f"""SELECT sum({WAIT_EXPR}) / nullif(sum(ttft_s), 0) AS share,
+                                 {q(WAIT_EXPR, 0.5)} AS wait_p50, {q(WAIT_EXPR, 0.99)} AS wait_p99
+                          FROM scope_requests WHERE {base_where} AND {index} IN ({listed})""")
+        share_all = agg["share"]
+        metrics |= {"wait_p50_s": rounded(agg["wait_p50"]), "wait_p99_s": rounded(agg["wait_p99"])}
+    waiting_name, waiting_max = _metric_max(ctx, WAITING_GAUGES, first, last)
+    running_name, running_max = _metric_max(ctx, RUNNING_GAUGES, first, last)
+    kv_name, kv_max = _metric_max(ctx, KV_GAUGES, first, last)
+    preemptions = None
+    for name in PREEMPTION_COUNTERS:
+        if name in ctx.metrics_present:
+            preemptions = ctx.counter_increase(name)
+    corroboration = []
+    if waiting_max is not None:
+        corroboration.append(f"{waiting_name} reached {waiting_max:g}")
+    if running_max is not None:
+        corroboration.append(f"{running_name} at {running_max:g}")
+    if kv_max is not None:
+        corroboration.append(f"KV cache usage up to {kv_max:.0%}")
+    if preemptions:
+        corroboration.append(f"{preemptions:g} preemptions")
+
+    target = worst["nowait_p99"] + (worst["ttft_p99"] - worst["nowait_p99"]) / 2 if per_request_wait else baseline * p["spike_ratio"]
+    metrics |= {
+        "spike_kind": "queue-driven", "spike_windows": len(queue_windows), "spike_requests": n_spike,
+        "worst_window_start": iso(spec.start(worst["w"])), "worst_ttft_p99_s": rounded(worst["ttft_p99"]),
+        "worst_nowait_ttft_p99_s": rounded(worst["nowait_p99"]), "observed_spike_ratio": rounded(spike_ratio),
+        "queue_share": rounded(worst["queue_share"]), "queue_share_all_spike_requests": rounded(share_all),
+        "spike_prompt_tokens_p50": rounded(worst["prompt_p50"]), "prompt_growth": rounded(growth),
+        "cold_start": cold_start, "waiting_max": waiting_max, "running_max": running_max, "kv_cache_usage_max": kv_max,
+        "preemptions": preemptions, "target_ttft_p99_s": rounded(target),
+        "prefill_driven_windows": len(prefill_windows),
+    }
+    where_text = (f"starting in the first window of the data (cold start or initial burst)" if cold_start
+                  else f"from {iso(spec.start(first))}")
+    explain = (f"waiting is {worst['queue_share']:.0%} of the slow requests' TTFT" if worst["queue_share"] is not None
+               else f"{waiting_name} > 0 during the spike")
+    prompt_note = ("prompt lengths as usual" if growth is None or growth < p["prompt_growth_limit"]
+                   else f"prompts also {growth:.1f}x longer than usual")
+    summary = (f"TTFT p99 jumped to {secs(worst['ttft_p99'])} ({spike_ratio:.1f}x the {secs(baseline)} a request takes "
+               f"without waiting) in {len(queue_windows)} window(s) {where_text}; {explain}, {prompt_note}"
+               + (f"; {', '.join(corroboration)}" if corroboration else "") + ".")
+    spike_rows = [[iso(spec.start(w["w"])), w["n"], w["ttft_p99"], w["nowait_p99"], w["wait_p50"], w["queue_share"],
+                   w["prompt_p50"], waiting.get(w["w"])] for w in sorted(queue_windows, key=lambda w: w["w"])[:30]]
+    index = spec.index_sql()
+    listed = ", ".join(str(w["w"]) for w in queue_windows)
+    order = f"{WAIT_EXPR} DESC" if per_request_wait else "ttft_s DESC"
+    severity = "critical" if spike_ratio and spike_ratio >= p["critical_ratio"] else None
+    result = {
+        "state": "fired",
+        "summary": summary,
+        "evidence": {
+            "metrics": metrics, "thresholds": thresholds, "chart": the_chart,
+            "windows": [spec.bounds(a, b) for a, b in runs],
+            "table": table(["window start", "requests", "TTFT p99 (s)", "no-wait TTFT p99 (s)", "wait p50 (s)",
+                            "wait share of slow requests", "prompt tokens p50", "waiting (gauge max)"], spike_rows),
+        },
+        "examples": ctx.examples(f"{base_where} AND {index} IN ({listed})", order),
+    }
+    if severity:
+        result["severity"] = severity
+    return result
+
+
+def _wait_source(ctx: DetectorContext) -> str:
+    if ctx.has("queue_s") and ctx.has("prefill_s"):
+        return "queue_s (else ttft_s - prefill_s)"
+    return "queue_s" if ctx.has("queue_s") else "ttft_s - prefill_s"
+
+
+def _peak_window(ctx: DetectorContext, base_where: str) -> dict | None:
+    """The peak_s-long stretch (starting at a window boundary) with the highest TTFT p99."""
+    spec = ctx.window
+    offset = spec.offset_sql()
+    row = ctx.one(f"""
+        WITH r AS (SELECT ttft_s, {offset} AS off FROM scope_requests WHERE {base_where}),
+             starts AS (SELECT DISTINCT floor(off / {spec.width_s}) * {spec.width_s} AS s FROM r)
+        SELECT s, count(*) AS n, {q('ttft_s', 0.99)} AS ttft_p99
+        FROM starts JOIN r ON r.off >= starts.s AND r.off < starts.s + {spec.peak_s}
+        GROUP BY s ORDER BY ttft_p99 DESC, s LIMIT 1""")
+    if not row:
+        return None
+    from datetime import timedelta
+
+    start = spec.t0 + timedelta(seconds=row["s"])
+    return {"start": iso(start), "end": iso(start + timedelta(seconds=spec.peak_s)), "ttft_p99": row["ttft_p99"],
+            "n": row["n"]}

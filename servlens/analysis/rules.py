@@ -1,0 +1,510 @@
+"""Rule files: loading, strict validation, parameters and overrides.
+
+A rule is one TOML file (rules/SL004-queue-driven-ttft-spike.toml). The loader accepts exactly the keys below and
+rejects anything else with the file, the key and what is allowed, so a typo in a threshold's name never silently
+falls back to a default.
+
+    id = "SL004"                          # ^[A-Z]{2,4}[0-9]{3}$, stable, never reused
+    name = "queue-driven-ttft-spike"      # kebab-case, names the problem
+    title = "..."                         # one line
+    severity = "warning"                  # info | warning | critical
+    status = "stable"                     # preview | stable | deprecated
+    since = "0.1.0"                       # optional
+    tags = ["latency"]                    # optional
+    remediation = "..."                   # what to change; {placeholders} take the finding's metrics/thresholds
+    rollback = "..."                      # a condition to watch after the change, same placeholders
+    documentation = '''## What it detects ... ## References'''   # fixed headings, in order (DOC_HEADINGS)
+
+    [detector]                            # exactly one of:
+    python = "servlens.analysis.detectors.queue_ttft:detect"      # a statistical detector (module:function)
+    sql = '''SELECT ... FROM scope_requests ...'''                # or SQL over the scope views, $param placeholders
+
+    [[requires]]                          # evidence paths; the rule is evaluable when any one is present
+    name = "per-request queue time"       # for the not-evaluable reason
+    columns = ["ttft_s", "queue_s"]       # canonical request columns that must be non-NULL somewhere in the scope
+    metrics = []                          # normalised metric names that must have samples in the scope's run
+
+    [params.min_queue_share]
+    default = 0.5
+    reason = "Queueing must explain at least half of the slow requests' TTFT to call the spike queue-driven."
+    min = 0.0                             # optional bounds for numbers
+    max = 1.0
+    choices = []                          # optional allowed values for strings
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from servlens.errors import ConfigError
+from servlens.store.schema import REQUEST_COLUMNS
+
+SEVERITIES = ("info", "warning", "critical")
+STATUSES = ("preview", "stable", "deprecated")
+STATES = ("fired", "clear", "not_evaluable")
+# The documentation's headings, in this order (checked by the loader, printed by `servlens rules explain`).
+DOC_HEADINGS = (
+    "What it detects",
+    "Why it matters",
+    "What it can see",
+    "How to confirm",
+    "What to do",
+    "Rollback criteria",
+    "References",
+)
+
+_ID_RE = re.compile(r"^[A-Z]{2,4}[0-9]{3}$")
+_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
+_PYTHON_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_PARAM_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+_TOP_KEYS = {
+    "id": "a rule id such as SL004",
+    "name": "a kebab-case name",
+    "title": "one line",
+    "severity": "|".join(SEVERITIES),
+    "status": "|".join(STATUSES),
+    "since": "a version string",
+    "tags": "a list of strings",
+    "remediation": "text",
+    "rollback": "text",
+    "documentation": "Markdown with the fixed headings",
+    "detector": "a table with python or sql",
+    "requires": "an array of tables [[requires]]",
+    "params": "a table of [params.NAME] tables",
+}
+_REQUIRED_TOP = ("id", "name", "title", "severity", "status", "remediation", "rollback", "documentation", "detector",
+                 "requires")
+_PARAM_KEYS = ("default", "reason", "min", "max", "choices")
+_REQUIRES_KEYS = ("name", "columns", "metrics")
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: Any
+    reason: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple = ()
+
+    @property
+    def kind(self) -> str:
+        """bool | int | float | str | list, from the default's type."""
+        value = self.default
+        if isinstance(value, bool):
+            return "bool"
+        if isinstance(value, int):
+            return "int"
+        if isinstance(value, float):
+            return "float"
+        if isinstance(value, list):
+            return "list"
+        return "str"
+
+    def allowed(self) -> str:
+        """What values this parameter accepts, as words for an error message."""
+        kind = self.kind
+        if kind == "bool":
+            return "true or false"
+        if kind == "list":
+            return "a comma-separated list"
+        if kind == "str":
+            return "one of " + ", ".join(map(str, self.choices)) if self.choices else "text"
+        noun = "an integer" if kind == "int" else "a number"
+        if self.min is not None and self.max is not None:
+            return f"{noun} from {_fmt(self.min)} to {_fmt(self.max)}"
+        if self.min is not None:
+            return f"{noun} of at least {_fmt(self.min)}"
+        if self.max is not None:
+            return f"{noun} of at most {_fmt(self.max)}"
+        return noun
+
+    def coerce(self, value: Any) -> Any:
+        """`value` (from TOML or a --set string) as this parameter's type; ValueError when not allowed."""
+        kind = self.kind
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("true", "1", "yes", "on"):
+                return True
+            if text in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        if kind == "list":
+            if isinstance(value, list):
+                return [str(v) for v in value]
+            return [part.strip() for part in str(value).split(",") if part.strip()]
+        if kind in ("int", "float"):
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, str):
+                value = float(value.strip()) if kind == "float" else _parse_int(value)
+            if kind == "int":
+                if isinstance(value, float):
+                    if not value.is_integer():
+                        raise ValueError
+                    value = int(value)
+            else:
+                value = float(value)
+            if value != value:  # NaN
+                raise ValueError
+            if self.min is not None and value < self.min:
+                raise ValueError
+            if self.max is not None and value > self.max:
+                raise ValueError
+            return value
+        value = str(value)
+        if self.choices and value not in self.choices:
+            raise ValueError
+        return value
+
+
+def _parse_int(text: str) -> int:
+    number = float(text.strip())
+    if not number.is_integer():
+        raise ValueError
+    return int(number)
+
+
+def _fmt(number: float) -> str:
+    return f"{number:g}"
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One evidence path: the columns and metrics it needs, all of them."""
+
+    name: str
+    columns: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        parts = []
+        if self.columns:
+            parts.append("columns " + ", ".join(self.columns))
+        if self.metrics:
+            parts.append("metrics " + ", ".join(self.metrics))
+        return f"{self.name} ({'; '.join(parts)})"
+
+
+@dataclass
+class Rule:
+    id: str
+    name: str
+    title: str
+    severity: str
+    status: str
+    remediation: str
+    rollback: str
+    documentation: str
+    requires: tuple[Requirement, ...]
+    params: dict[str, Param]
+    python: str | None = None
+    sql: str | None = None
+    since: str | None = None
+    tags: tuple[str, ...] = ()
+    path: Path | None = None
+    cases_path: Path | None = None
+
+    @property
+    def detector(self) -> str:
+        return f"python {self.python}" if self.python else "sql"
+
+    def resolve_python(self) -> Callable:
+        module_name, function_name = self.python.split(":")
+        try:
+            module = importlib.import_module(module_name)
+            return getattr(module, function_name)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(
+                f"{self.path}: detector.python '{self.python}' cannot be imported ({exc})",
+                "Name an importable module:function",
+            ) from exc
+
+    def default_params(self) -> dict[str, Any]:
+        return {name: param.default for name, param in self.params.items()}
+
+    def references(self) -> list[str]:
+        """The bullet items under the documentation's References heading."""
+        section = doc_sections(self.documentation).get("References", "")
+        return [line.strip()[2:].strip() for line in section.splitlines() if line.strip().startswith(("- ", "* "))]
+
+
+def doc_sections(documentation: str) -> dict[str, str]:
+    """The documentation split at its `## ` headings: heading -> body."""
+    sections: dict[str, str] = {}
+    current = None
+    for line in documentation.splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+            sections[current] = ""
+        elif current is not None:
+            sections[current] += line + "\n"
+    return {key: value.strip() for key, value in sections.items()}
+
+
+def _bad(path: Path, key: str, problem: str, allowed: str) -> ConfigError:
+    return ConfigError(f"{path}: {key} {problem}", f"Allowed: {allowed}")
+
+
+def _suggest(key: str, options) -> str:
+    import difflib
+
+    match = difflib.get_close_matches(key, list(options), n=1)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def parse_rule(data: dict, path: Path) -> Rule:
+    """Validate one rule file's parsed TOML; every error names the file, the key and what is allowed."""
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise ConfigError(
+                f"{path}: unknown key '{key}'{_suggest(key, _TOP_KEYS)}",
+                "Allowed keys: " + ", ".join(_TOP_KEYS),
+            )
+    for key in _REQUIRED_TOP:
+        if key not in data:
+            raise ConfigError(f"{path}: missing key '{key}'", f"Add {key} = {_TOP_KEYS[key]}")
+    for key in ("id", "name", "title", "severity", "status", "remediation", "rollback", "documentation", "since"):
+        if key in data and not (isinstance(data[key], str) and data[key].strip()):
+            raise _bad(path, key, "must be a non-empty string", _TOP_KEYS[key])
+    if not _ID_RE.match(data["id"]):
+        raise _bad(path, "id", f"'{data['id']}' is not a rule id", "2-4 capital letters and 3 digits, e.g. SL004")
+    if not _NAME_RE.match(data["name"]):
+        raise _bad(path, "name", f"'{data['name']}' is not kebab-case", "lowercase words joined by '-', e.g. queue-driven-ttft-spike")
+    if data["severity"] not in SEVERITIES:
+        raise _bad(path, "severity", f"'{data['severity']}' is not a severity", ", ".join(SEVERITIES))
+    if data["status"] not in STATUSES:
+        raise _bad(path, "status", f"'{data['status']}' is not a status", ", ".join(STATUSES))
+    tags = data.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise _bad(path, "tags", "must be a list of strings", "e.g. tags = [\"latency\"]")
+
+    sections = doc_sections(data["documentation"])
+    missing = [h for h in DOC_HEADINGS if h not in sections]
+    if missing:
+        raise _bad(path, "documentation", "lacks the heading(s) " + ", ".join(f"'## {h}'" for h in missing),
+                   "these headings in this order: " + ", ".join(DOC_HEADINGS))
+    order = [h for h in sections if h in DOC_HEADINGS]
+    if order != list(DOC_HEADINGS):
+        raise _bad(path, "documentation", "has its headings out of order (" + ", ".join(order) + ")",
+                   ", ".join(DOC_HEADINGS))
+
+    detector = data["detector"]
+    if not isinstance(detector, dict):
+        raise _bad(path, "detector", "must be a table", "[detector] with python = \"module:function\" or sql = '''...'''")
+    for key in detector:
+        if key not in ("python", "sql"):
+            raise _bad(path, f"detector.{key}", "is not a known key", "python, sql")
+    if ("python" in detector) == ("sql" in detector):
+        raise _bad(path, "detector", "must have exactly one of python or sql", "python = \"module:function\" or sql = '''...'''")
+    python = detector.get("python")
+    if python is not None and not (isinstance(python, str) and _PYTHON_RE.match(python)):
+        raise _bad(path, "detector.python", f"'{python}' is not module:function", "e.g. servlens.analysis.detectors.queue_ttft:detect")
+    sql = detector.get("sql")
+    if sql is not None and not (isinstance(sql, str) and sql.strip()):
+        raise _bad(path, "detector.sql", "must be a non-empty string", "a SELECT over scope_requests / scope_metrics")
+
+    params: dict[str, Param] = {}
+    raw_params = data.get("params", {})
+    if not isinstance(raw_params, dict):
+        raise _bad(path, "params", "must be a table of tables", "[params.NAME] with default and reason")
+    for pname, spec in raw_params.items():
+        where = f"params.{pname}"
+        if not _PARAM_NAME_RE.match(pname):
+            raise _bad(path, where, "has a bad name", "lowercase snake_case")
+        if not isinstance(spec, dict):
+            raise _bad(path, where, "must be a table", "default, reason, min, max, choices")
+        for key in spec:
+            if key not in _PARAM_KEYS:
+                raise _bad(path, f"{where}.{key}", f"is not a known key{_suggest(key, _PARAM_KEYS)}", ", ".join(_PARAM_KEYS))
+        if "default" not in spec:
+            raise _bad(path, where, "has no default", "default = a number, true/false, text or a list")
+        if not (isinstance(spec.get("reason"), str) and spec["reason"].strip()):
+            raise _bad(path, f"{where}.reason", "is missing", "one line saying why this default")
+        for bound in ("min", "max"):
+            if bound in spec and (isinstance(spec[bound], bool) or not isinstance(spec[bound], (int, float))):
+                raise _bad(path, f"{where}.{bound}", "must be a number", "a number")
+        choices = spec.get("choices", [])
+        if not isinstance(choices, list):
+            raise _bad(path, f"{where}.choices", "must be a list", "a list of allowed values")
+        param = Param(pname, spec["default"], spec["reason"].strip(), spec.get("min"), spec.get("max"), tuple(choices))
+        if isinstance(param.default, (dict,)):
+            raise _bad(path, f"{where}.default", "cannot be a table", "a number, true/false, text or a list")
+        try:
+            param.coerce(param.default)
+        except ValueError:
+            raise _bad(path, f"{where}.default", f"{param.default!r} is outside its own bounds", param.allowed()) from None
+        params[pname] = param
+
+    if sql is not None:
+        used = set(re.findall(r"\$([a-z][a-z0-9_]*)", sql))
+        undeclared = sorted(used - set(params))
+        if undeclared:
+            raise _bad(path, "detector.sql", "uses undeclared parameter(s) " + ", ".join("$" + u for u in undeclared),
+                       "declare each as [params.NAME]")
+
+    requires_raw = data["requires"]
+    if not isinstance(requires_raw, list) or not requires_raw:
+        raise _bad(path, "requires", "must be a non-empty array of tables", "[[requires]] with name, columns, metrics")
+    requires = []
+    for index, spec in enumerate(requires_raw):
+        where = f"requires[{index}]"
+        if not isinstance(spec, dict):
+            raise _bad(path, where, "must be a table", ", ".join(_REQUIRES_KEYS))
+        for key in spec:
+            if key not in _REQUIRES_KEYS:
+                raise _bad(path, f"{where}.{key}", f"is not a known key{_suggest(key, _REQUIRES_KEYS)}", ", ".join(_REQUIRES_KEYS))
+        if not (isinstance(spec.get("name"), str) and spec["name"].strip()):
+            raise _bad(path, f"{where}.name", "is missing", "a short name for this evidence path")
+        columns = spec.get("columns", [])
+        metrics = spec.get("metrics", [])
+        if not isinstance(columns, list) or not isinstance(metrics, list) or not (columns or metrics):
+            raise _bad(path, where, "needs columns or metrics (lists of names)", "columns = [...], metrics = [...]")
+        for column in columns:
+            if column not in REQUEST_COLUMNS:
+                raise _bad(path, f"{where}.columns", f"names '{column}', which is not a canonical request column"
+                           f"{_suggest(str(column), REQUEST_COLUMNS)}", "the columns in servlens/store/schema.py")
+        requires.append(Requirement(spec["name"].strip(), tuple(columns), tuple(str(m) for m in metrics)))
+
+    return Rule(
+        id=data["id"],
+        name=data["name"],
+        title=data["title"].strip(),
+        severity=data["severity"],
+        status=data["status"],
+        remediation=data["remediation"].strip(),
+        rollback=data["rollback"].strip(),
+        documentation=data["documentation"].strip(),
+        requires=tuple(requires),
+        params=params,
+        python=python,
+        sql=sql,
+        since=data.get("since"),
+        tags=tuple(tags),
+        path=path,
+    )
+
+
+def load_rule_file(path: Path) -> Rule:
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}", "Fix the syntax at the position shown") from exc
+    except OSError as exc:
+        raise ConfigError(f"Cannot read the rule file {path}: {exc.strerror}", "Check the path") from exc
+    rule = parse_rule(data, path)
+    stem_prefix = f"{rule.id}-"
+    if not path.name.startswith(stem_prefix):
+        raise ConfigError(f"{path}: the file name must start with the rule id '{rule.id}-'",
+                          f"Rename it to {rule.id}-{rule.name}.toml")
+    cases = path.with_name(path.stem + ".cases.toml")
+    rule.cases_path = cases if cases.exists() else None
+    return rule
+
+
+def builtin_rules_dir() -> Path:
+    """The folder of the rules shipped with servlens (the top-level rules/ folder, installed as servlens.builtin_rules)."""
+    return Path(str(importlib.resources.files("servlens.builtin_rules")))
+
+
+def rule_files(directory: Path) -> list[Path]:
+    """Rule files in `directory` (and its subfolders): *.toml that are not test cases."""
+    if not directory.is_dir():
+        raise ConfigError(f"No rules folder at {directory}", "Pass a folder holding rule TOML files")
+    return sorted(p for p in directory.rglob("*.toml") if not p.name.endswith(".cases.toml"))
+
+
+def load_rules(extra_dirs: list[str | Path] = (), include_builtin: bool = True) -> list[Rule]:
+    """The built-in rules plus those in `extra_dirs`, sorted by id; a duplicate id is an error naming both files."""
+    dirs = ([builtin_rules_dir()] if include_builtin else []) + [Path(d) for d in extra_dirs]
+    by_id: dict[str, Rule] = {}
+    by_name: dict[str, Rule] = {}
+    for directory in dirs:
+        files = rule_files(directory)
+        if not files and directory != builtin_rules_dir():
+            raise ConfigError(f"No rule files in {directory}", "A rule is a TOML file named like SL900-my-problem.toml")
+        for path in files:
+            rule = load_rule_file(path)
+            if rule.id in by_id:
+                raise ConfigError(f"Rule id {rule.id} is defined twice: {by_id[rule.id].path} and {path}",
+                                  "Give your rule its own id (e.g. a prefix other than SL)")
+            if rule.name in by_name:
+                raise ConfigError(f"Rule name {rule.name} is used twice: {by_name[rule.name].path} and {path}",
+                                  "Rename one of them")
+            by_id[rule.id] = rule
+            by_name[rule.name] = rule
+    return [by_id[key] for key in sorted(by_id)]
+
+
+def select_rules(rules: list[Rule], select: list[str] | None, ignore: list[str] | None) -> list[Rule]:
+    """Rules named by --select (ids or id prefixes such as SL00), minus --ignore; unknown ids are errors."""
+    known = {rule.id for rule in rules}
+
+    def matches(rule_id: str, token: str) -> bool:
+        return rule_id == token or rule_id.startswith(token)
+
+    for option, tokens in (("--select", select), ("--ignore", ignore)):
+        for token in tokens or []:
+            if not any(matches(rule_id, token) for rule_id in known):
+                raise ConfigError(f"{option} names an unknown rule '{token}'",
+                                  "Known rules: " + ", ".join(sorted(known)))
+    chosen = [r for r in rules if not select or any(matches(r.id, t) for t in select)]
+    return [r for r in chosen if not any(matches(r.id, t) for t in ignore or [])]
+
+
+def parse_overrides(settings: list[str], rules: list[Rule]) -> dict[str, dict[str, Any]]:
+    """--set RULE.param=value strings as {rule_id: {param: typed value}}; anything wrong is one ConfigError sentence."""
+    by_id = {rule.id: rule for rule in rules}
+    overrides: dict[str, dict[str, Any]] = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        rule_id, dot, pname = key.strip().partition(".")
+        if not sep or not dot or not pname:
+            raise ConfigError(f"--set '{setting}' is not RULE.param=value", "For example --set SL004.min_queue_share=0.6")
+        rule = by_id.get(rule_id)
+        if rule is None:
+            raise ConfigError(f"--set names an unknown rule '{rule_id}'", "Known rules: " + ", ".join(sorted(by_id)))
+        param = rule.params.get(pname)
+        if param is None:
+            raise ConfigError(
+                f"{rule_id} has no parameter '{pname}'{_suggest(pname, rule.params)}",
+                f"{rule_id} parameters: " + (", ".join(rule.params) or "none"),
+            )
+        try:
+            typed = param.coerce(value)
+        except ValueError:
+            raise ConfigError(f"{rule_id}.{pname} must be {param.allowed()}, not '{value}'") from None
+        overrides.setdefault(rule_id, {})[pname] = typed
+    return overrides
+
+
+def validate_params(rule: Rule, values: dict[str, Any], where: str) -> dict[str, Any]:
+    """Rule defaults overlaid with `values` (from a test case or an API caller), typed and checked."""
+    merged = rule.default_params()
+    for pname, value in values.items():
+        param = rule.params.get(pname)
+        if param is None:
+            raise ConfigError(f"{where}: {rule.id} has no parameter '{pname}'{_suggest(pname, rule.params)}",
+                              f"{rule.id} parameters: " + (", ".join(rule.params) or "none"))
+        try:
+            merged[pname] = param.coerce(value)
+        except ValueError:
+            raise ConfigError(f"{where}: {rule.id}.{pname} must be {param.allowed()}, not {value!r}") from None
+    return merged
+
+
+__all__ = [
+    "DOC_HEADINGS", "SEVERITIES", "STATES", "STATUSES", "Param", "Requirement", "Rule", "builtin_rules_dir",
+    "doc_sections", "load_rule_file", "load_rules", "parse_overrides", "parse_rule", "select_rules", "validate_params",
+]
+

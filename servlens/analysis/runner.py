@@ -1,0 +1,397 @@
+"""Running rules over a store: scopes, evidence paths, detectors, and the analyze result document.
+
+For every run the analysis covers, the scopes are the (model, deployment) pairs seen in its requests (or, for a run
+with metrics only, the model_name labels of its metrics). For each rule and scope the runner:
+
+1. creates three temporary views the detector reads (and rule SQL may read):
+   - `scope_requests`  the scope's rows of `requests`, plus `t_at` (arrival, else first token, else end time);
+   - `scope_metrics`   the run's `metric_samples` whose model_name label is the scope's model or absent
+                       (llama.cpp exposes no labels, so its metrics belong to every scope of the run);
+   - `scope_counter_increases`  per counter series, the increase since the previous scrape (a drop is a restart:
+                       the new value is the increase), so rates never go negative across a restart;
+2. checks the rule's evidence paths (`[[requires]]`) against the columns that are non-NULL in the scope and the
+   metrics that have samples; with none available the result is `not_evaluable`, naming what is missing —
+   never `clear` for want of data;
+3. calls the detector (a Python function, or the rule's SQL) and completes its result into the finding shape
+   documented in docs/CONTRIBUTING.md.
+
+A Python detector is `detect(ctx: DetectorContext) -> dict` returning at least `state` and `summary`, and for a
+fired finding `evidence` ({metrics, thresholds, windows, table, chart}) and `examples`; it may return `severity`,
+`remediation` and `rollback` to override the rule's text. A SQL detector returns one row: `state`, `summary`,
+optionally `reason`, and any other columns become evidence metrics.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import duckdb
+
+from servlens import __version__
+from servlens.analysis.rules import SEVERITIES, STATES, Requirement, Rule, validate_params
+from servlens.analysis.windows import WindowSpec, iso, spec_for
+from servlens.errors import ConfigError
+from servlens.store.schema import REQUEST_COLUMNS
+
+SCHEMA_VERSION = 1
+MAX_EXAMPLES = 5
+# Leak flags, prefix keys and such are columns too; text columns never count as evidence (privacy by default).
+_TEXT_COLUMNS = ("prompt_text", "content_text", "reasoning_text")
+EVIDENCE_COLUMNS = tuple(c for c in REQUEST_COLUMNS if c not in _TEXT_COLUMNS)
+
+
+@dataclass(frozen=True)
+class Scope:
+    run: str
+    model: str | None
+    deployment: str | None
+
+    def as_dict(self) -> dict:
+        return {"run": self.run, "model": self.model, "deployment": self.deployment}
+
+
+def sql_literal(value: Any) -> str:
+    """A SQL literal for a value the runner puts into a view definition (views cannot take parameters)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _eq(column: str, value: Any) -> str:
+    return f"{column} IS NULL" if value is None else f"{column} = {sql_literal(value)}"
+
+
+@dataclass
+class DetectorContext:
+    """What a detector sees: the connection with the scope views, its parameters, and helpers."""
+
+    con: duckdb.DuckDBPyConnection
+    rule: Rule
+    scope: Scope
+    params: dict[str, Any]
+    columns_present: set[str]
+    metrics_present: set[str]
+    available: list[Requirement]
+    relative_clock: bool = False
+    source_formats: set[str] = field(default_factory=set)
+    _window: WindowSpec | None = None
+
+    def has(self, *columns: str) -> bool:
+        return all(column in self.columns_present for column in columns)
+
+    def has_metric(self, *names: str) -> bool:
+        return all(name in self.metrics_present for name in names)
+
+    def path_available(self, name: str) -> bool:
+        return any(req.name == name for req in self.available)
+
+    def rows(self, sql: str, params: dict | list | None = None) -> list[dict]:
+        """Run SQL and return its rows as dicts (results are small: aggregates, not request rows)."""
+        cursor = self.con.execute(sql, params) if params else self.con.execute(sql)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+    def one(self, sql: str, params: dict | list | None = None) -> dict:
+        found = self.rows(sql, params)
+        return found[0] if found else {}
+
+    @property
+    def window(self) -> WindowSpec | None:
+        """The scope's window layout, or None when no request has a time."""
+        if self._window is None:
+            row = self.con.execute("SELECT min(t_at), max(t_at) FROM scope_requests").fetchone()
+            if row[0] is not None:
+                self._window = spec_for(row[0], row[1])
+        return self._window
+
+    def examples(self, where: str, order_by: str, limit: int = MAX_EXAMPLES) -> list[dict]:
+        """A handful of request ids with their source file and line, for the rows matching `where`."""
+        found = self.rows(
+            f"""SELECT r.request_id, s.path AS source, r.source_line AS line
+                FROM scope_requests r LEFT JOIN sources s ON s.source_id = r.source_id
+                WHERE {where} ORDER BY {order_by}, r.source_line LIMIT {int(limit)}"""
+        )
+        return [{"request_id": e["request_id"], "source": e["source"], "line": e["line"]} for e in found]
+
+    def counter_increase(self, name: str, label_filter: str = "TRUE") -> float | None:
+        """Total increase of a counter over the run (all its series), None when it has no samples."""
+        row = self.con.execute(
+            f"SELECT count(*), sum(increase) FROM scope_counter_increases WHERE name = ? AND {label_filter}", [name]
+        ).fetchone()
+        return None if not row[0] else float(row[1] or 0.0)
+
+
+SCOPE_REQUESTS_SQL = """
+CREATE OR REPLACE TEMP VIEW scope_requests AS
+SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at
+FROM requests WHERE {where}
+"""
+
+SCOPE_METRICS_SQL = """
+CREATE OR REPLACE TEMP VIEW scope_metrics AS
+SELECT * FROM metric_samples WHERE {where}
+"""
+
+# Counter increases per series between consecutive scrapes, from the store's metric_counter_increases view (a drop
+# is a restart, so the new value is the increase since then; a series' first scrape has no increase and is dropped).
+SCOPE_COUNTER_INCREASES_SQL = """
+CREATE OR REPLACE TEMP VIEW scope_counter_increases AS
+SELECT run, name, labels, prev_ts, ts, interval_s, value, increase, is_reset
+FROM metric_counter_increases
+WHERE type = 'counter' AND series = 'value' AND increase IS NOT NULL AND {where}
+"""
+
+
+def set_scope_views(con: duckdb.DuckDBPyConnection, scope: Scope) -> None:
+    where = " AND ".join([_eq("run", scope.run), _eq("model", scope.model), _eq("deployment", scope.deployment)])
+    con.execute(SCOPE_REQUESTS_SQL.format(where=where))
+    model_match = "TRUE" if scope.model is None else (
+        f"(labels['model_name'] IS NULL OR labels['model_name'] = {sql_literal(scope.model)})"
+    )
+    metric_where = f"{_eq('run', scope.run)} AND {model_match}"
+    con.execute(SCOPE_METRICS_SQL.format(where=metric_where))
+    con.execute(SCOPE_COUNTER_INCREASES_SQL.format(where=metric_where))
+
+
+def list_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [row[0] for row in con.execute(
+        """SELECT run FROM (SELECT run FROM requests UNION SELECT run FROM metric_samples UNION SELECT run FROM runs)
+           WHERE run IS NOT NULL ORDER BY run"""
+    ).fetchall()]
+
+
+def list_scopes(con: duckdb.DuckDBPyConnection, runs: list[str]) -> list[Scope]:
+    """(run, model, deployment) from the requests; runs with metrics only get one scope per model_name label."""
+    run_list = ", ".join(sql_literal(r) for r in runs) or "NULL"
+    scopes = [Scope(*row) for row in con.execute(
+        f"""SELECT DISTINCT run, model, deployment FROM requests WHERE run IN ({run_list})
+            ORDER BY run, model NULLS LAST, deployment NULLS LAST"""
+    ).fetchall()]
+    with_requests = {s.run for s in scopes}
+    metric_only = [r for r in runs if r not in with_requests]
+    if metric_only:
+        scopes += [Scope(*row) for row in con.execute(
+            f"""SELECT DISTINCT run, labels['model_name'], NULL FROM metric_samples
+                WHERE run IN ({", ".join(sql_literal(r) for r in metric_only)})
+                ORDER BY 1, 2 NULLS LAST"""
+        ).fetchall()]
+    return scopes
+
+
+def present_columns(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """Canonical columns with at least one non-NULL value in scope_requests (one scan)."""
+    counts = ", ".join(f"count({c}) AS {c}" for c in EVIDENCE_COLUMNS)
+    row = con.execute(f"SELECT {counts} FROM scope_requests").fetchone()
+    return {column for column, count in zip(EVIDENCE_COLUMNS, row) if count}
+
+
+def present_metrics(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return {row[0] for row in con.execute("SELECT DISTINCT name FROM scope_metrics").fetchall()}
+
+
+def missing_reason(rule: Rule, columns: set[str], metrics: set[str]) -> str:
+    """Why no evidence path of the rule is available, naming the missing columns and metrics of each."""
+    parts = []
+    for req in rule.requires:
+        missing = [c for c in req.columns if c not in columns] + [m for m in req.metrics if m not in metrics]
+        parts.append(f"{req.name} (missing {', '.join(missing)})")
+    lead = "needs " + ("one of: " if len(parts) > 1 else "")
+    return lead + "; ".join(parts)
+
+
+class _SafeFormatter(string.Formatter):
+    """str.format over evidence values where a missing or non-numeric value prints as 'n/a' instead of raising."""
+
+    def get_value(self, key, args, kwargs):
+        return kwargs.get(key) if isinstance(key, str) else None
+
+    def format_field(self, value, format_spec):
+        if value is None:
+            return "n/a"
+        try:
+            return format(value, format_spec)
+        except (TypeError, ValueError):
+            return str(value)
+
+
+def fill_template(template: str, values: dict[str, Any]) -> str:
+    return _SafeFormatter().format(template, **values)
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe evidence values: NaN/inf become None, datetimes ISO strings, decimals floats."""
+    if isinstance(value, float):
+        return None if (math.isnan(value) or math.isinf(value)) else value
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "__float__") and not isinstance(value, (int, bool)):
+        return _clean(float(value))
+    return value
+
+
+def _run_sql_detector(ctx: DetectorContext) -> dict:
+    import re
+
+    used = set(re.findall(r"\$([a-z][a-z0-9_]*)", ctx.rule.sql))
+    params = {name: ctx.params[name] for name in used}
+    try:
+        found = ctx.rows(ctx.rule.sql, params or None)
+    except duckdb.Error as exc:
+        raise ConfigError(f"{ctx.rule.path}: detector.sql failed for {ctx.rule.id}: {exc}",
+                          "Fix the rule's SQL; it reads scope_requests, scope_metrics and scope_counter_increases") from exc
+    if not found:
+        return {"state": "clear", "summary": f"{ctx.rule.title}: not found."}
+    row = dict(found[0])
+    result = {"state": row.pop("state", None), "summary": row.pop("summary", None), "reason": row.pop("reason", None)}
+    result["evidence"] = {"metrics": row, "thresholds": dict(ctx.params)}
+    return result
+
+
+def evaluate(con: duckdb.DuckDBPyConnection, rule: Rule, scope: Scope, params: dict[str, Any],
+             relative_clock: bool = False, source_formats: set[str] | None = None) -> dict:
+    """One rule on one scope: the finding dict (docs/CONTRIBUTING.md shape)."""
+    set_scope_views(con, scope)
+    columns = present_columns(con)
+    metrics = present_metrics(con)
+    available = [req for req in rule.requires
+                 if all(c in columns for c in req.columns) and all(m in metrics for m in req.metrics)]
+    base = {
+        "rule": rule.id, "name": rule.name, "title": rule.title, "severity": rule.severity,
+        "scope": scope.as_dict(), "reason": None, "remediation": "", "rollback": "",
+        "evidence": {"metrics": {}, "thresholds": {}, "windows": [], "table": None, "chart": None},
+        "examples": [], "references": rule.references(),
+    }
+    if not available:
+        return base | {"state": "not_evaluable", "summary": f"{rule.title}: cannot be judged from these sources.",
+                       "reason": missing_reason(rule, columns, metrics)}
+    ctx = DetectorContext(con, rule, scope, params, columns, metrics, available, relative_clock,
+                          set(source_formats or ()))
+    result = rule.resolve_python()(ctx) if rule.python else _run_sql_detector(ctx)
+    state = result.get("state")
+    if state not in STATES:
+        raise ConfigError(f"{rule.id}'s detector returned state {state!r}", "A detector returns fired, clear or not_evaluable")
+    if state == "not_evaluable" and not result.get("reason"):
+        raise ConfigError(f"{rule.id}'s detector returned not_evaluable without a reason",
+                          "Say which columns or metrics are missing")
+    evidence = base["evidence"] | (result.get("evidence") or {})
+    evidence.setdefault("thresholds", {})
+    evidence["thresholds"] = evidence["thresholds"] or {
+        k: v for k, v in params.items() if not isinstance(v, (list, bool, str))
+    }
+    finding = base | {
+        "state": state,
+        "summary": result.get("summary") or rule.title,
+        "reason": result.get("reason"),
+        "evidence": evidence,
+        "examples": result.get("examples") or [],
+    }
+    severity = result.get("severity", rule.severity)
+    if severity not in SEVERITIES:
+        raise ConfigError(f"{rule.id}'s detector returned severity {severity!r}", "info, warning or critical")
+    finding["severity"] = severity
+    if state == "fired":
+        values = {**params, **(evidence.get("thresholds") or {}), **(evidence.get("metrics") or {})}
+        finding["remediation"] = fill_template(result.get("remediation") or rule.remediation, values)
+        finding["rollback"] = fill_template(result.get("rollback") or rule.rollback, values)
+    return _clean(finding)
+
+
+def coverage(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict:
+    """What the analysis saw: sources, runs, request count, time span, models, columns and metrics present."""
+    run_list = ", ".join(sql_literal(r) for r in runs) or "NULL"
+    sources = [
+        {"path": p, "format": f, "kind": k, "rows": r, "bad_lines": b}
+        for p, f, k, r, b in con.execute(
+            f"SELECT path, format, kind, rows, bad_lines FROM sources WHERE run IN ({run_list}) ORDER BY source_id"
+        ).fetchall()
+    ]
+    n, start, end = con.execute(
+        f"SELECT count(*), min(coalesce(t_arrival, t_first_token, t_end)), max(coalesce(t_end, t_first_token, t_arrival))"
+        f" FROM requests WHERE run IN ({run_list})"
+    ).fetchone()
+    if start is None:
+        start, end = con.execute(f"SELECT min(ts), max(ts) FROM metric_samples WHERE run IN ({run_list})").fetchone()
+    relative = bool(con.execute(
+        f"SELECT coalesce(bool_or(relative_clock), false) FROM runs WHERE run IN ({run_list})"
+    ).fetchone()[0])
+    models = [row[0] for row in con.execute(
+        f"SELECT DISTINCT model FROM requests WHERE run IN ({run_list}) AND model IS NOT NULL ORDER BY 1"
+    ).fetchall()]
+    counts = ", ".join(f"count({c})" for c in EVIDENCE_COLUMNS)
+    row = con.execute(f"SELECT {counts} FROM requests WHERE run IN ({run_list})").fetchone()
+    columns = [c for c, count in zip(EVIDENCE_COLUMNS, row) if count]
+    metrics = [r[0] for r in con.execute(
+        f"SELECT DISTINCT name FROM metric_samples WHERE run IN ({run_list}) ORDER BY 1"
+    ).fetchall()]
+    return {
+        "sources": sources, "runs": runs, "requests": int(n),
+        "time_span": {"start": iso(start), "end": iso(end), "relative_clock": relative},
+        "models": models, "columns_present": columns, "metrics_present": metrics,
+    }
+
+
+_STATE_ORDER = {"fired": 0, "not_evaluable": 1, "clear": 2}
+_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def sort_findings(findings: list[dict]) -> list[dict]:
+    """Fired first (critical, warning, info), then not evaluable, then clear; by rule id within each."""
+    return sorted(findings, key=lambda f: (_STATE_ORDER[f["state"]], _SEVERITY_ORDER[f["severity"]], f["rule"],
+                                           str(f["scope"].get("run")), str(f["scope"].get("model"))))
+
+
+def analyze(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str] | None = None,
+            overrides: dict[str, dict[str, Any]] | None = None) -> dict:
+    """Run `rules` on every scope of `runs` (default: every run in the store); the analyze result document."""
+    all_runs = list_runs(con)
+    if runs:
+        unknown = [r for r in runs if r not in all_runs]
+        if unknown:
+            raise ConfigError(f"No run named {', '.join(repr(u) for u in unknown)} in the store",
+                              "Runs in the store: " + (", ".join(all_runs) or "none"))
+    runs = list(runs or all_runs)
+    if not runs:
+        raise ConfigError("The store holds no requests and no metrics to analyse", "Ingest request logs or scrapes first")
+    cover = coverage(con, runs)
+    relative = cover["time_span"]["relative_clock"]
+    formats = {s["format"] for s in cover["sources"] if s["format"]}
+    findings = []
+    for scope in list_scopes(con, runs):
+        for rule in rules:
+            params = validate_params(rule, (overrides or {}).get(rule.id, {}), "--set")
+            findings.append(evaluate(con, rule, scope, params, relative, formats))
+    return {
+        "kind": "analyze",
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "servlens_version": __version__,
+        "run": runs[0] if len(runs) == 1 else runs,
+        "coverage": cover,
+        "findings": sort_findings(findings),
+    }
+
+
+def worst_fired(document: dict) -> str | None:
+    """The highest severity among fired findings, or None."""
+    fired = [f["severity"] for f in document["findings"] if f["state"] == "fired"]
+    return min(fired, key=_SEVERITY_ORDER.__getitem__) if fired else None
+
+
+def fails(document: dict, fail_on: str | None) -> bool:
+    """True when a finding at or above `fail_on` fired (exit 1)."""
+    if fail_on is None:
+        return False
+    worst = worst_fired(document)
+    return worst is not None and _SEVERITY_ORDER[worst] <= _SEVERITY_ORDER[fail_on]
