@@ -1,0 +1,240 @@
+"""Format profiles: TOML files that say how to recognise a source and how to map it onto the canonical row.
+
+A profile is data, not code (docs/profiles.md is the reference for users writing their own). This module loads and
+validates profiles; servlens/ingest/compiler.py turns one into a single SQL statement.
+
+Built-in profiles are package data (servlens/profiles/*.toml), found with importlib.resources so a non-editable
+install run from any directory finds them.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from servlens.errors import ConfigError
+from servlens.store.schema import REQUEST_COLUMNS
+
+READERS = ("jsonl", "json", "csv", "parquet")
+CLOCKS = ("absolute", "relative", "naive")
+TEXT_FIELDS = ("prompt", "content", "reasoning")
+# Columns the ingester fills itself; a profile may not map them.
+INGESTER_COLUMNS = ("run", "source_id", "source_line", "attrs", "prompt_text", "content_text", "reasoning_text")
+MAPPABLE_COLUMNS = tuple(c for c in REQUEST_COLUMNS if c not in INGESTER_COLUMNS)
+_TOP_KEYS = {
+    "name", "title", "description", "reader", "priority", "clock", "run", "detect", "explode", "let", "macros",
+    "columns", "text", "attrs", "units", "derived", "csv",
+}
+_DETECT_KEYS = {"must", "may", "must_not", "columns", "may_columns", "filename"}
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_TEXT_ATTR_RE = re.compile(
+    r"(?i)^(prompts?|messages?|content|response|completion|text|generated_texts?|input|output|reasoning"
+    r"|reasoning_content|response_text|prompt_text|completion_text)$"
+)
+_MACRO_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(([^)]*)\)\s*$")
+
+
+@dataclass
+class Profile:
+    """One format profile, validated. Expressions are DuckDB SQL strings (see docs/profiles.md)."""
+
+    name: str
+    title: str
+    reader: str
+    path: str  # where it was loaded from (for messages)
+    description: str = ""
+    priority: int = 0
+    clock: str = "absolute"
+    run: str | None = None
+    detect_must: list[str] = field(default_factory=list)
+    detect_may: list[str] = field(default_factory=list)
+    detect_must_not: list[str] = field(default_factory=list)
+    detect_columns: list[str] = field(default_factory=list)
+    detect_may_columns: list[str] = field(default_factory=list)
+    detect_filename: str | None = None
+    explode_path: str | None = None
+    explode_zip: dict[str, str] = field(default_factory=dict)
+    let: dict[str, str] = field(default_factory=dict)
+    macros: dict[str, tuple[list[str], str]] = field(default_factory=dict)
+    columns: dict[str, str] = field(default_factory=dict)
+    text: dict[str, str] = field(default_factory=dict)
+    attrs: dict[str, str] = field(default_factory=dict)
+    units: dict[str, str] = field(default_factory=dict)
+    derived: dict[str, str] = field(default_factory=dict)
+    csv_options: dict[str, object] = field(default_factory=dict)
+    builtin: bool = False
+
+
+def _strings(value, where: str, path: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ConfigError(f"Profile {path}: {where} must be a string or a list of strings", "See docs/profiles.md")
+
+
+def _table(data: dict, key: str, path: str) -> dict[str, str]:
+    value = data.get(key, {})
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ConfigError(f"Profile {path}: [{key}] must map names to SQL expression strings", "See docs/profiles.md")
+    return dict(value)
+
+
+def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
+    """Validate a parsed TOML document and build a Profile; every mistake is a one-sentence ConfigError."""
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise ConfigError(
+            f"Profile {path} has unknown key(s): {', '.join(sorted(unknown))}",
+            f"Known keys: {', '.join(sorted(_TOP_KEYS))}",
+        )
+    for key in ("name", "reader"):
+        if not isinstance(data.get(key), str):
+            raise ConfigError(f"Profile {path} needs a string '{key}'", "See docs/profiles.md")
+    name = data["name"]
+    if not _NAME_RE.match(name):
+        raise ConfigError(f"Profile {path}: name '{name}' must be lower-case letters, digits, '.', '_' or '-'")
+    reader = data["reader"]
+    if reader not in READERS:
+        raise ConfigError(f"Profile {name}: reader '{reader}' is not one of {', '.join(READERS)}")
+    clock = data.get("clock", "absolute")
+    if clock not in CLOCKS:
+        raise ConfigError(f"Profile {name}: clock '{clock}' is not one of {', '.join(CLOCKS)}")
+    detect = data.get("detect", {})
+    if not isinstance(detect, dict) or set(detect) - _DETECT_KEYS:
+        raise ConfigError(
+            f"Profile {name}: [detect] may only have {', '.join(sorted(_DETECT_KEYS))}", "See docs/profiles.md"
+        )
+    columns = _table(data, "columns", name)
+    bad = set(columns) - set(MAPPABLE_COLUMNS)
+    if bad:
+        raise ConfigError(
+            f"Profile {name}: [columns] has names that are not canonical columns: {', '.join(sorted(bad))}",
+            "Put other fields in [attrs]; canonical columns are listed in docs/profiles.md",
+        )
+    text = _table(data, "text", name)
+    if set(text) - set(TEXT_FIELDS):
+        raise ConfigError(f"Profile {name}: [text] may only have {', '.join(TEXT_FIELDS)}")
+    derived = _table(data, "derived", name)
+    if set(derived) - set(MAPPABLE_COLUMNS):
+        raise ConfigError(f"Profile {name}: [derived] has names that are not canonical columns")
+    attrs = _table(data, "attrs", name)
+    for key in attrs:
+        if _TEXT_ATTR_RE.match(key):
+            raise ConfigError(
+                f"Profile {name}: attrs.{key} looks like request or response text",
+                "attrs never hold prompt, message or response text; use [text] (dropped unless --keep-text)",
+            )
+    explode = data.get("explode", {})
+    if not isinstance(explode, dict) or set(explode) - {"path", "zip"}:
+        raise ConfigError(f"Profile {name}: [explode] takes 'path' or a [explode.zip] table")
+    explode_zip = explode.get("zip", {})
+    if not isinstance(explode_zip, dict) or not all(isinstance(v, str) for v in explode_zip.values()):
+        raise ConfigError(f"Profile {name}: [explode.zip] must map names to JSON paths or list expressions")
+    if explode.get("path") and explode_zip:
+        raise ConfigError(f"Profile {name}: [explode] takes either 'path' or 'zip', not both")
+    if (explode.get("path") or explode_zip) and reader not in ("jsonl", "json"):
+        raise ConfigError(f"Profile {name}: [explode] needs a JSON reader (jsonl or json)")
+    macros: dict[str, tuple[list[str], str]] = {}
+    for signature, body in _table(data, "macros", name).items():
+        match = _MACRO_RE.match(signature)
+        if not match:
+            raise ConfigError(f"Profile {name}: macro key '{signature}' must look like 'name(arg1, arg2)'")
+        params = [p.strip() for p in match.group(2).split(",") if p.strip()]
+        macros[match.group(1)] = (params, body)
+    csv_options = data.get("csv", {})
+    if not isinstance(csv_options, dict):
+        raise ConfigError(f"Profile {name}: [csv] must be a table of read_csv options")
+    priority = data.get("priority", 0)
+    if not isinstance(priority, int):
+        raise ConfigError(f"Profile {name}: priority must be an integer")
+    run = data.get("run")
+    if run is not None and not isinstance(run, str):
+        raise ConfigError(f"Profile {name}: run must be an SQL expression string")
+    filename = detect.get("filename")
+    if filename is not None:
+        try:
+            re.compile(filename)
+        except re.error as exc:
+            raise ConfigError(f"Profile {name}: detect.filename is not a valid regex ({exc})") from exc
+    return Profile(
+        name=name,
+        title=str(data.get("title", name)),
+        description=str(data.get("description", "")),
+        reader=reader,
+        path=path,
+        priority=priority,
+        clock=clock,
+        run=run,
+        detect_must=_strings(detect.get("must"), "detect.must", name),
+        detect_may=_strings(detect.get("may"), "detect.may", name),
+        detect_must_not=_strings(detect.get("must_not"), "detect.must_not", name),
+        detect_columns=_strings(detect.get("columns"), "detect.columns", name),
+        detect_may_columns=_strings(detect.get("may_columns"), "detect.may_columns", name),
+        detect_filename=filename,
+        explode_path=explode.get("path"),
+        explode_zip=dict(explode_zip),
+        let=_table(data, "let", name),
+        macros=macros,
+        columns=columns,
+        text=text,
+        attrs=attrs,
+        units={k: str(v) for k, v in data.get("units", {}).items()},
+        derived=derived,
+        csv_options=dict(csv_options),
+        builtin=builtin,
+    )
+
+
+def load_profile_file(path: str | Path) -> Profile:
+    """Load a user's profile (--profile FILE)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"No profile file at {path}", "Check the path given to --profile")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"Profile {path} is not valid TOML: {exc}", "Fix the file; docs/profiles.md has examples") from exc
+    return parse_profile(data, str(path))
+
+
+_BUILTIN_CACHE: list[Profile] | None = None
+
+
+def builtin_profiles() -> list[Profile]:
+    """Every built-in profile, sorted by name."""
+    global _BUILTIN_CACHE
+    if _BUILTIN_CACHE is None:
+        found = []
+        for entry in resources.files("servlens.profiles").iterdir():
+            if entry.name.endswith(".toml"):
+                data = tomllib.loads(entry.read_text(encoding="utf-8"))
+                found.append(parse_profile(data, f"servlens/profiles/{entry.name}", builtin=True))
+        names = [p.name for p in found]
+        duplicates = {n for n in names if names.count(n) > 1}
+        if duplicates:
+            raise ConfigError(f"Two built-in profiles share the name(s) {', '.join(sorted(duplicates))}")
+        _BUILTIN_CACHE = sorted(found, key=lambda p: p.name)
+    return list(_BUILTIN_CACHE)
+
+
+def get_profile(name: str) -> Profile:
+    """A built-in profile by name (--from NAME); unknown names get the list of known ones."""
+    profiles = builtin_profiles()
+    for profile in profiles:
+        if profile.name == name:
+            return profile
+    import difflib
+
+    names = [p.name for p in profiles]
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"Did you mean '{close[0]}'? " if close else ""
+    raise ConfigError(
+        f"No format profile named '{name}'",
+        f"{hint}Known formats: {', '.join(names)} (see 'servlens formats')",
+    )

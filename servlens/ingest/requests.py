@@ -1,0 +1,260 @@
+"""Ingest one request-log file with one profile: compile, insert, keep bad lines, all in one transaction.
+
+DuckDB does the row work (one INSERT ... SELECT per file); Python only decides runs and sources and reads counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+
+from servlens.errors import ConfigError, InputError
+from servlens.ingest import sources as src
+from servlens.ingest.compiler import BAD_ROW_STATUS, CompileOptions, compile_profile, sql_str
+from servlens.ingest.profiles import Profile
+from servlens.store.schema import REQUEST_COLUMNS
+
+# Columns reported as "filled" (the bookkeeping ones are always there).
+COVERAGE_COLUMNS = [
+    c for c in REQUEST_COLUMNS
+    if c not in ("run", "source_id", "source_line", "prompt_text", "content_text", "reasoning_text")
+]
+
+
+@dataclass
+class SourceResult:
+    """What happened to one file (possibly several runs, when the file names its runs)."""
+
+    path: str
+    format: str
+    kind: str = "requests"
+    runs: list[str] = field(default_factory=list)
+    source_ids: list[int] = field(default_factory=list)
+    rows: int = 0
+    bad_lines: int = 0
+    skipped: bool = False  # same content already in the run(s)
+    replaced: bool = False  # a changed file at the same path replaced its rows
+    t_min: datetime | None = None
+    t_max: datetime | None = None
+    relative_clock: bool = False
+    columns_filled: dict[str, float] = field(default_factory=dict)  # column -> share of rows with a value
+    first_errors: list[dict] = field(default_factory=list)
+    note: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        out = {
+            "path": self.path,
+            "format": self.format,
+            "kind": self.kind,
+            "run": self.runs[0] if len(self.runs) == 1 else self.runs,
+            "runs": self.runs,
+            "rows": self.rows,
+            "bad_lines": self.bad_lines,
+            "skipped": self.skipped,
+            "replaced": self.replaced,
+            "t_min": self.t_min.isoformat() if self.t_min else None,
+            "t_max": self.t_max.isoformat() if self.t_max else None,
+            "relative_clock": self.relative_clock,
+            "columns_filled": self.columns_filled,
+            "errors": self.first_errors,
+        }
+        if self.note:
+            out["note"] = self.note
+        out.update(self.extra)
+        return out
+
+
+def _runs_in_file(con: duckdb.DuckDBPyConnection, compiled, default_run: str) -> list[str]:
+    runs = [r[0] for r in con.execute(compiled.runs_sql()).fetchall() if r[0] is not None]
+    return runs or [default_run]
+
+
+def ingest_request_file(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    profile: Profile,
+    *,
+    run: str | None = None,
+    keep_text: bool = False,
+    strict: bool = False,
+    start: datetime | None = None,
+    tz: str | None = None,
+    json_multiline: bool = False,
+) -> SourceResult:
+    """Ingest `path` with `profile` into the store. Same content in the same run is skipped; a changed file at the
+    same path replaces that source's rows; everything for this file happens in one transaction."""
+    path = Path(path).resolve()
+    opts = CompileOptions(
+        path=path,
+        compression=src.compression_of(path),
+        run=run,
+        default_run=_stem(path),
+        keep_text=keep_text,
+        start=start,
+        tz=tz,
+        json_multiline=json_multiline,
+    )
+    compiled = compile_profile(profile, opts)
+    relative = profile.clock == "relative" and start is None
+    result = SourceResult(path=str(path), format=profile.name, relative_clock=relative)
+    for statement in compiled.macro_sql():
+        try:
+            con.execute(statement)
+        except duckdb.Error as exc:
+            raise ConfigError(f"Profile {profile.name}: a macro does not compile: {_first_line(exc)}") from exc
+
+    try:
+        runs = [run] if run is not None else (
+            _runs_in_file(con, compiled, opts.default_run) if profile.run else [opts.default_run]
+        )
+    except duckdb.Error as exc:
+        raise _profile_error(profile, path, exc) from exc
+
+    con.execute("BEGIN TRANSACTION")
+    try:
+        ids: dict[str, int] = {}
+        for label in runs:
+            decision = src.decide_source(con, label, "requests", path)
+            if decision.action == "skip":
+                continue
+            if decision.action == "replace":
+                src.delete_source(con, decision.old_source_id)
+                result.replaced = True
+            src.ensure_run(con, label, relative_clock=relative, tz=tz if profile.clock == "naive" else None)
+            ids[label] = src.insert_source(con, run=label, kind="requests", path=path, decision=decision, fmt=profile.name)
+        result.runs = list(runs)
+        if not ids:
+            con.execute("ROLLBACK")
+            result.skipped = True
+            result.note = "already ingested: same content in the same run(s); nothing added"
+            _fill_from_existing(con, result, runs, path)
+            return result
+        if profile.reader == "csv":
+            con.execute("DROP TABLE IF EXISTS _sl_csv_rejects; DROP TABLE IF EXISTS _sl_csv_reject_scans")
+        first_id = next(iter(ids.values()))
+        source_case = "CASE _run " + " ".join(f"WHEN {sql_str(k)} THEN {v}" for k, v in ids.items()) + f" ELSE {first_id} END"
+        where = "_run IN (" + ", ".join(sql_str(k) for k in ids) + ")"
+        sql = compiled.select(source_id_sql=source_case, where_sql=where)
+        try:
+            con.execute(f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)})\n{sql}")
+        except duckdb.Error as exc:
+            raise _profile_error(profile, path, exc) from exc
+        id_list = ", ".join(str(v) for v in ids.values())
+        con.execute(
+            f"""INSERT INTO ingest_errors (source_id, path, line, byte_length, reason, keys_seen, excerpt)
+            SELECT source_id, ?, source_line, CAST(attrs->>'$.byte_length' AS BIGINT), attrs->>'$.reason',
+                   attrs->>'$.keys_seen', attrs->>'$.excerpt'
+            FROM requests WHERE source_id IN ({id_list}) AND status = '{BAD_ROW_STATUS}'""",
+            [str(path)],
+        )
+        con.execute(f"DELETE FROM requests WHERE source_id IN ({id_list}) AND status = '{BAD_ROW_STATUS}'")
+        if profile.reader == "csv":
+            _move_csv_rejects(con, first_id, path, keep_text)
+        for source_id in ids.values():
+            src.update_source_counts(con, source_id)
+        bad = con.execute(f"SELECT count(*) FROM ingest_errors WHERE source_id IN ({id_list})").fetchone()[0]
+        if strict and bad:
+            first = con.execute(
+                f"SELECT line, reason FROM ingest_errors WHERE source_id IN ({id_list}) ORDER BY line NULLS FIRST LIMIT 1"
+            ).fetchone()
+            con.execute("ROLLBACK")
+            where_line = f"line {first[0]}" if first[0] is not None else "the file"
+            raise InputError(
+                f"{path} has {bad} malformed line(s) (first: {where_line}: {first[1]}); --strict keeps nothing from it",
+                "Fix the lines, or drop --strict to ingest the good lines and keep the bad ones in ingest_errors",
+            )
+        con.execute("COMMIT")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        raise
+    result.runs = list(ids)
+    result.source_ids = list(ids.values())
+    _fill_counts(con, result)
+    return result
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in src.COMPRESSED_SUFFIXES:
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+    return Path(name).stem or name
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _profile_error(profile: Profile, path: Path, exc: Exception) -> Exception:
+    text = str(exc)
+    if "Could not read" in text or "No files found" in text or "decompress" in text.lower() or "zstd" in text.lower():
+        return InputError(f"Cannot read {path}: {_first_line(exc)}", "Check that the file is complete and not corrupted")
+    origin = "your profile" if not profile.builtin else f"the built-in profile {profile.name}"
+    return ConfigError(
+        f"Reading {path} with {origin} failed: {_first_line(exc)}",
+        "Check the profile's SQL expressions (docs/profiles.md), or pick another format with --from",
+    )
+
+
+def _move_csv_rejects(con: duckdb.DuckDBPyConnection, source_id: int, path: Path, keep_text: bool) -> None:
+    """CSV rows DuckDB could not split are kept in ingest_errors with their line number."""
+    from servlens.errors import redact_sql
+
+    exists = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = '_sl_csv_rejects'"
+    ).fetchone()[0]
+    if not exists:
+        return
+    excerpt = redact_sql("left(csv_line, 200)") if keep_text else "NULL"
+    con.execute(
+        f"""INSERT INTO ingest_errors (source_id, path, line, byte_length, reason, keys_seen, excerpt)
+        SELECT ?, ?, line, octet_length(encode(csv_line)), error_type || ': ' || error_message, NULL, {excerpt}
+        FROM _sl_csv_rejects""",
+        [source_id, str(path)],
+    )
+
+
+def _fill_counts(con: duckdb.DuckDBPyConnection, result: SourceResult) -> None:
+    if not result.source_ids:
+        return
+    id_list = ", ".join(str(i) for i in result.source_ids)
+    rows, bad, t_min, t_max = con.execute(
+        f"SELECT sum(rows), sum(bad_lines), min(t_min), max(t_max) FROM sources WHERE source_id IN ({id_list})"
+    ).fetchone()
+    result.rows, result.bad_lines, result.t_min, result.t_max = int(rows or 0), int(bad or 0), t_min, t_max
+    result.columns_filled = column_coverage(con, f"source_id IN ({id_list})") if result.rows else {}
+    result.first_errors = [
+        {"line": line, "reason": reason, "byte_length": length}
+        for line, reason, length in con.execute(
+            f"SELECT line, reason, byte_length FROM ingest_errors WHERE source_id IN ({id_list}) "
+            "ORDER BY line NULLS FIRST LIMIT 5"
+        ).fetchall()
+    ]
+
+
+def _fill_from_existing(con: duckdb.DuckDBPyConnection, result: SourceResult, runs: list[str], path: Path) -> None:
+    ids = [
+        r[0] for r in con.execute(
+            "SELECT source_id FROM sources WHERE kind = 'requests' AND path = ? AND list_contains(?, run)",
+            [str(path), runs],
+        ).fetchall()
+    ]
+    result.source_ids = ids
+    _fill_counts(con, result)
+
+
+def column_coverage(con: duckdb.DuckDBPyConnection, where: str) -> dict[str, float]:
+    """Share of rows (0..1, rounded) with a non-NULL value, for every canonical column that has any."""
+    counts = ", ".join(f"count({c})" for c in COVERAGE_COLUMNS)
+    row = con.execute(f"SELECT count(*), {counts} FROM requests WHERE {where}").fetchone()
+    total = row[0] or 0
+    if not total:
+        return {}
+    return {c: round(n / total, 4) for c, n in zip(COVERAGE_COLUMNS, row[1:]) if n}
