@@ -315,7 +315,8 @@ def _parse_labels(line: str, pos: int, name: str | None, labels: dict[str, str])
             raise _LineProblem("label set not closed with '}'")
         if line[pos] == "}":
             return name, pos + 1
-        if line[pos] == '"':
+        quoted = line[pos] == '"'
+        if quoted:
             label, pos = _parse_quoted(line, pos + 1)
         else:
             match = _LABEL_NAME.match(line, pos)
@@ -324,7 +325,7 @@ def _parse_labels(line: str, pos: int, name: str | None, labels: dict[str, str])
             label, pos = match.group(), match.end()
         while pos < n and line[pos] in " \t":
             pos += 1
-        if pos < n and line[pos] in ",}" and line[pos - 1] == '"' and name is None:
+        if quoted and name is None and pos < n and line[pos] in ",}":
             name = label  # {"my.dotted.metric", ...}: a quoted metric name
         else:
             if pos >= n or line[pos] != "=":
