@@ -73,7 +73,10 @@ def cli(ctx: click.Context, db: str | None) -> None:
 def main() -> None:
     """Entry point: run the group, turning ServlensError into one line on stderr and its exit code."""
     try:
-        cli.main(standalone_mode=False)
+        # standalone_mode=False returns a command's ctx.exit(code) instead of exiting; keep that code (compare: 1, 3)
+        code = cli.main(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except ServlensError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
