@@ -10,8 +10,9 @@ Two output formats, each written exactly as the real systems write them:
   only when the client sent it, ``hidden_params.litellm_overhead_time_ms`` in milliseconds.
 - ``openai``: the generic OpenAI-style client log, the shape of tests/data/shared/real-engine/*/requests.jsonl
   (``body`` as sent, client times ``send_ts``/``first_token_ts``/``end_ts`` in Unix seconds, ``response`` or
-  ``stream_final_chunk`` with ``usage``). The per-chunk list ``content_chunk_offsets_s`` is left out: at hundreds of
-  floats a request it would dominate the file and no reader needs it.
+  ``stream_final_chunk`` with ``usage``). ``first_token_ts`` is the first token of any kind (a reasoning model's
+  thinking included); ``content_chunk_offsets_s`` lists only the first content chunk's offset from send (the real
+  per-chunk list, hundreds of floats a request, would dominate the file), ``[]`` when no content came.
 
 The traffic: several model groups (one a reasoning model) on two deployments each, lognormal prompt and output
 lengths, a diurnal arrival rate with bursts (requests arrive by an inhomogeneous Poisson process), queueing that grows
@@ -588,7 +589,10 @@ SELECT
   CASE WHEN streamed THEN start + 0.003 ELSE "end" - 0.00006 END AS headers_ts,
   CASE WHEN streamed THEN "first" ELSE "end" - 0.00004 END AS first_byte_ts,
   CASE WHEN streamed THEN "first" END AS first_data_chunk_ts,
-  CASE WHEN streamed THEN first_content END AS first_token_ts,
+  -- first token of any kind (reasoning included); the first content chunk's offset is listed separately
+  CASE WHEN streamed AND (content IS NOT NULL OR reasoning_content IS NOT NULL) THEN "first" END AS first_token_ts,
+  CASE WHEN streamed THEN CASE WHEN first_content IS NULL THEN []::DOUBLE[]
+                               ELSE [round(first_content - start, 6)] END END AS content_chunk_offsets_s,
   CASE WHEN streamed THEN completion_tokens + 1 END AS n_chunks,
   CASE WHEN failed THEN NULL
        WHEN NOT stream_requested THEN json_object('id', 'chatcmpl-' || hex_id, 'object', 'chat.completion',
@@ -604,7 +608,8 @@ SELECT
   CASE WHEN failed THEN NULL ELSE length(coalesce(content, '')) END AS output_chars,
   "end" AS end_ts,
   round("end" - start, 6) AS e2e_s,
-  CASE WHEN streamed THEN round(first_content - start, 6) END AS ttft_client_s
+  CASE WHEN streamed AND (content IS NOT NULL OR reasoning_content IS NOT NULL) THEN round("first" - start, 6)
+       END AS ttft_client_s
 FROM p
 """
 
@@ -616,7 +621,8 @@ SELECT CASE WHEN stream_final_chunk IS NOT NULL THEN
          json_object('req_idx', req_idx, 'path', path, 'body', body, 'run', run, 'send_ts', send_ts,
                      'http_status', http_status, 'headers_ts', headers_ts, 'finish_reason', finish_reason,
                      'first_byte_ts', first_byte_ts, 'first_data_chunk_ts', first_data_chunk_ts,
-                     'first_token_ts', first_token_ts, 'n_chunks', n_chunks, 'stream_final_chunk', stream_final_chunk,
+                     'first_token_ts', first_token_ts, 'content_chunk_offsets_s', content_chunk_offsets_s,
+                     'n_chunks', n_chunks, 'stream_final_chunk', stream_final_chunk,
                      'output_chars', output_chars, 'end_ts', end_ts, 'e2e_s', e2e_s, 'ttft_client_s', ttft_client_s)
        ELSE
          json_object('req_idx', req_idx, 'path', path, 'body', body, 'run', run, 'send_ts', send_ts,
