@@ -1,0 +1,302 @@
+"""The ingest entry point for commands and other modules (analyze and compare ingest files on the fly).
+
+    from servlens.ingest.api import ingest_inputs
+    report = ingest_inputs(con, ["logs/", "scrapes/*.prom"], run="before")
+    report.runs          # the runs this call touched (ingested into, or found already there)
+    report.to_dict()     # {"kind": "ingest", "schema_version": 1, "sources": [...], "skipped": [...], "runs": [...]}
+
+Every input is expanded (files, folders, globs), sniffed and routed: request logs to the format profiles
+(servlens.ingest.requests), Prometheus scrapes / query_range JSON / scrape index files to servlens.ingest.metrics.
+A file the user named that nothing recognises is an error (exit 2) before anything is written; a file found in a
+folder that nothing recognises is listed as skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import zoneinfo
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+from servlens.errors import ConfigError, InputError
+from servlens.ingest import sources as src
+from servlens.ingest.profiles import Profile, builtin_profiles, get_profile, load_profile_file
+from servlens.ingest.requests import SourceResult, ingest_request_file
+from servlens.ingest.sniff import FileSample, sample_file, score_profile, sniff
+
+INGEST_SCHEMA_VERSION = 1
+PROGRESS_MIN_BYTES = 32 * 1024 * 1024
+
+# Files that sit beside logs and are not data: the reason says so instead of "not recognised".
+_NOT_DATA = {
+    ".md": "documentation", ".txt": "plain text", ".log": "a server or console log (no per-request records)",
+    ".py": "source code", ".sh": "a script", ".toml": "a configuration file", ".yaml": "a configuration file",
+    ".yml": "a configuration file",
+}
+
+
+@dataclass
+class IngestReport:
+    """What one ingest call did: a result per source, the files it skipped and why, the runs it touched."""
+
+    sources: list[dict] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "ingest",
+            "schema_version": INGEST_SCHEMA_VERSION,
+            "sources": self.sources,
+            "skipped": self.skipped,
+            "runs": self.runs,
+        }
+
+    @property
+    def rows(self) -> int:
+        return sum(int(s.get("rows") or 0) for s in self.sources if not s.get("skipped"))
+
+    @property
+    def bad_lines(self) -> int:
+        return sum(int(s.get("bad_lines") or 0) for s in self.sources if not s.get("skipped"))
+
+
+@dataclass
+class _Plan:
+    path: Path
+    named: bool
+    kind: str  # 'requests' | 'metrics' | 'index' | 'skip'
+    profile: Profile | None = None
+    sample: FileSample | None = None
+    metrics_format: str | None = None
+    reason: str | None = None
+
+
+def parse_start(value: str | datetime | None) -> datetime | None:
+    """--start as a naive UTC datetime (ISO-8601; a zone is converted to UTC)."""
+    if value is None or isinstance(value, datetime):
+        return value.astimezone(timezone.utc).replace(tzinfo=None) if isinstance(value, datetime) and value.tzinfo else value
+    text = str(value).strip()
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"--start {text!r} is not a time", "Give an ISO-8601 time such as 2026-11-28T14:00:00Z") from None
+    if parsed.tzinfo:
+        parsed = parsed.astimezone(timezone.utc).replace(tzinfo=None)
+    return parsed
+
+
+def check_tz(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise InputError(f"--tz {value!r} is not a time zone", "Use an IANA name such as UTC or America/Los_Angeles") from None
+    return value
+
+
+def _metrics_module():
+    try:
+        from servlens.ingest import metrics
+    except ImportError:  # metrics ingest not installed: request logs still work
+        return None
+    return metrics
+
+
+def _plan(path: Path, named: bool, profiles: list[Profile], forced: Profile | None, metrics_only: bool) -> _Plan:
+    metrics = _metrics_module()
+    metrics_format = metrics.sniff_metrics(path) if metrics else None
+    if metrics_format == getattr(metrics, "INDEX_FORMAT", "scrape-index"):
+        return _Plan(path, named, "index", metrics_format=metrics_format)
+    if metrics_format and not (forced and named):
+        return _Plan(path, named, "metrics", metrics_format=metrics_format)
+    if metrics_only:
+        return _Plan(path, named, "skip", reason="not a Prometheus scrape, OpenMetrics file or query_range JSON")
+    sample = sample_file(path)
+    if forced is not None:
+        score, _, missing = score_profile(forced, sample, path.name)
+        fits = forced.reader == sample.shape or (
+            forced.reader in ("json", "jsonl") and sample.shape in ("json", "jsonl")
+        )
+        if fits or named:
+            return _Plan(path, named, "requests", profile=forced, sample=sample)
+        return _Plan(path, named, "skip", sample=sample, reason=f"not readable as {forced.name} ({sample.problem or sample.shape})")
+    result = sniff(path, profiles, sample)
+    if result.profile is not None:
+        return _Plan(path, named, "requests", profile=result.profile, sample=sample)
+    if sample.problem and sample.shape in (None, "text", "binary"):
+        reason = _NOT_DATA.get(src.base_suffix(path)) or sample.problem
+    else:
+        reason = "no format profile recognises it"
+    if result.nearest:
+        reason += f"; nearest: {result.nearest}"
+    return _Plan(path, named, "skip", sample=sample, reason=reason)
+
+
+def ingest_inputs(
+    con: duckdb.DuckDBPyConnection,
+    inputs: list[str] | tuple[str, ...],
+    *,
+    run: str | None = None,
+    from_format: str | None = None,
+    profile_file: str | Path | None = None,
+    keep_text: bool = False,
+    strict: bool = False,
+    start: str | datetime | None = None,
+    tz: str | None = None,
+    at: str | float | datetime | None = None,
+    metrics_inputs: list[str] | tuple[str, ...] = (),
+    progress: bool = False,
+) -> IngestReport:
+    """Ingest files, folders and globs into the store behind `con`; see the module docstring."""
+    if from_format and profile_file:
+        raise ConfigError("--from and --profile both name a format", "Pass one of them")
+    forced = load_profile_file(profile_file) if profile_file else get_profile(from_format) if from_format else None
+    profiles = builtin_profiles()
+    start_dt = parse_start(start)
+    tz = check_tz(tz)
+    if not inputs and not metrics_inputs:
+        raise InputError("Nothing to ingest", "Name files, folders or globs")
+
+    plans: list[_Plan] = []
+    seen: set[Path] = set()
+    for group, metrics_only in ((inputs, False), (metrics_inputs, True)):
+        if not group:
+            continue
+        for path, named in src.expand_inputs(list(group)):
+            if path in seen:
+                continue
+            seen.add(path)
+            plans.append(_plan(path, named, profiles, forced, metrics_only))
+
+    unknown = [p for p in plans if p.kind == "skip" and p.named]
+    if unknown:
+        first = unknown[0]
+        names = ", ".join(p.name for p in profiles)
+        raise InputError(
+            f"{first.path} is not in a format servlens knows ({first.reason})",
+            f"Known formats: {names}, plus Prometheus text/OpenMetrics and query_range JSON; "
+            "name one with --from NAME or describe yours with --profile FILE (docs/profiles.md)",
+        )
+
+    report = IngestReport()
+    report.skipped = [{"path": str(p.path), "reason": p.reason} for p in plans if p.kind == "skip"]
+    metrics = _metrics_module()
+    index: dict = {}
+    for plan in plans:
+        if plan.kind == "index" and metrics is not None:
+            index.update(metrics.load_scrape_index(plan.path))
+            report.skipped.append({"path": str(plan.path), "reason": "scrape index: used for the scrape files' times and runs"})
+
+    work = [p for p in plans if p.kind in ("requests", "metrics")]
+    total_bytes = sum(p.path.stat().st_size for p in work)
+    bar = _Progress(total_bytes, con) if progress and total_bytes >= PROGRESS_MIN_BYTES else None
+    touched: list[str] = []
+    try:
+        for plan in work:
+            if bar:
+                bar.start_file(plan.path)
+            if plan.kind == "requests":
+                result = ingest_request_file(
+                    con, plan.path, plan.profile, run=run, keep_text=keep_text, strict=strict, start=start_dt, tz=tz,
+                    json_multiline=bool(plan.sample and plan.sample.json_multiline),
+                )
+                report.sources.append(result.to_dict())
+                touched.extend(result.runs)
+            else:
+                summary = _ingest_metrics(con, metrics, plan, run=run, at=at, index=index or None,
+                                          keep_text=keep_text, strict=strict)
+                report.sources.append(summary)
+                touched.append(summary["run"])
+            if bar:
+                bar.end_file(plan.path)
+    finally:
+        if bar:
+            bar.close()
+    report.runs = list(dict.fromkeys(touched))
+    return report
+
+
+def _ingest_metrics(con, metrics, plan: _Plan, *, run, at, index, keep_text: bool, strict: bool) -> dict:
+    label = run or metrics.metrics_run_for(plan.path, index) or plan.path.name.split(".")[0]
+    decision = src.decide_source(con, label, "metrics", plan.path)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        summary = metrics.ingest_metrics_file(
+            con, plan.path, run=label, decision=decision, fmt=plan.metrics_format, at=at, index=index,
+            keep_text=keep_text,
+        )
+        if strict and summary.get("bad_lines"):
+            con.execute("ROLLBACK")
+            raise InputError(
+                f"{plan.path} has {summary['bad_lines']} malformed line(s); --strict keeps nothing from it",
+                "Fix the lines, or drop --strict to ingest the good ones and keep the bad ones in ingest_errors",
+            )
+        con.execute("COMMIT")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        raise
+    summary = dict(summary)
+    summary["skipped"] = summary.get("action") == "skip"
+    summary["replaced"] = summary.get("action") == "replace"
+    summary["runs"] = [label]
+    if summary["skipped"]:
+        summary["note"] = "already ingested: same content in the same run; nothing added"
+    return summary
+
+
+class _Progress:
+    """A rich progress bar on stderr: bytes of input done, advanced inside a file by DuckDB's query progress."""
+
+    def __init__(self, total: int, con: duckdb.DuckDBPyConnection) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.con = con
+        self.progress = Progress(
+            TextColumn("[bold]ingest[/] {task.fields[name]}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+            console=Console(file=sys.stderr), transient=True,
+        )
+        self.task = self.progress.add_task("ingest", total=total, name="")
+        self.done = 0
+        self.current = 0
+        self.stop = threading.Event()
+        self.progress.start()
+        self.thread: threading.Thread | None = None
+
+    def start_file(self, path: Path) -> None:
+        self.current = path.stat().st_size
+        self.progress.update(self.task, name=path.name, completed=self.done)
+        self.stop.clear()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.stop.wait(0.2):
+            try:
+                share = self.con.query_progress()
+            except Exception:  # noqa: BLE001 - progress is cosmetic
+                share = -1
+            if share and share > 0:
+                self.progress.update(self.task, completed=self.done + self.current * min(share, 100) / 100)
+
+    def end_file(self, path: Path) -> None:
+        self.stop.set()
+        if self.thread:
+            self.thread.join()
+        self.done += self.current
+        self.progress.update(self.task, completed=self.done)
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread:
+            self.thread.join()
+        self.progress.stop()
