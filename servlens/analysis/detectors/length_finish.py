@@ -1,0 +1,187 @@
+"""SL002 length-limit finishes.
+
+A request is cut at the output limit when its finish_reason is `length`, or when its completion tokens reach its
+max_tokens even though the source says otherwise. The share is judged per scope (model), broken down by cap, and
+explained:
+
+- the cap sits inside the output distribution when answers that ended naturally (finish stop) were often longer
+  than the cap: the cap is too low for this traffic;
+- reasoning consumed the budget when capped requests have empty content and reasoning present (or reasoning
+  tokens close to all completion tokens);
+- a fallback model (served_model differs, or fallback_from set) with a smaller cap fails the retry too;
+- llama.cpp reports `length` for any stop that is not EOS or a stop word (e.g. the slot's context filled), so
+  `length` below the cap is counted apart;
+- fixed-output benchmark runs (vllm bench's random dataset forces ignore_eos) finish by length by design: clear.
+"""
+
+from __future__ import annotations
+
+from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, ratio, rounded, table
+from servlens.analysis.runner import DetectorContext
+
+CAPPED = ("(finish_reason = 'length' OR (completion_tokens IS NOT NULL AND max_tokens IS NOT NULL "
+          "AND completion_tokens >= max_tokens))")
+KNOWN = "(finish_reason IS NOT NULL OR (completion_tokens IS NOT NULL AND max_tokens IS NOT NULL))"
+REASONING_ATE = ("((content_empty AND reasoning_present) OR (reasoning_tokens IS NOT NULL AND completion_tokens > 0 "
+                 "AND reasoning_tokens >= 0.9 * completion_tokens))")
+BENCH_FORMATS = ("vllm-bench", "sglang-bench", "guidellm")
+
+
+def _is_benchmark(ctx: DetectorContext) -> bool:
+    if any(any(b in fmt for b in BENCH_FORMATS) for fmt in ctx.source_formats):
+        return True
+    if ctx.has("attrs"):
+        row = ctx.one("SELECT count(*) AS n FROM scope_requests WHERE json_extract_string(attrs, '$.ignore_eos') = 'true'")
+        return bool(row["n"])
+    return False
+
+
+def detect(ctx: DetectorContext) -> dict:
+    p = ctx.params
+    thresholds = {k: p[k] for k in ("max_length_share", "critical_share", "min_length_requests", "min_requests",
+                                    "cap_inside_share")}
+    per_request = ctx.path_available("finish reasons") or ctx.path_available("completion tokens against max_tokens")
+    benchmark = _is_benchmark(ctx)
+    if not per_request:
+        return _from_counter(ctx, thresholds, benchmark)
+
+    s = ctx.one(f"""
+        SELECT count(*) FILTER (WHERE {KNOWN}) AS known,
+               count(*) FILTER (WHERE {KNOWN} AND {CAPPED}) AS capped,
+               count(*) FILTER (WHERE finish_reason = 'length') AS reported_length,
+               count(*) FILTER (WHERE finish_reason IS DISTINCT FROM 'length' AND completion_tokens >= max_tokens) AS reached_cap_reported_otherwise,
+               count(*) FILTER (WHERE finish_reason = 'length' AND completion_tokens < max_tokens) AS length_below_cap,
+               count(*) FILTER (WHERE {CAPPED} AND {REASONING_ATE}) AS reasoning_ate_budget,
+               count(*) FILTER (WHERE {CAPPED} AND content_empty) AS capped_empty_content,
+               count(DISTINCT max_tokens) AS caps,
+               count(*) FILTER (WHERE {CAPPED} AND completion_tokens IS NOT NULL) AS capped_with_tokens,
+               min(completion_tokens) FILTER (WHERE {CAPPED}) AS capped_min_tokens,
+               max(completion_tokens) FILTER (WHERE {CAPPED}) AS capped_max_tokens
+        FROM scope_requests""")
+    known, capped = s["known"], s["capped"]
+    if known < p["min_requests"]:
+        return not_evaluable(f"only {known} requests with a finish reason or completion tokens and max_tokens; "
+                             f"the rule needs at least {p['min_requests']} (min_requests)",
+                             "Too few finished requests to judge length finishes.")
+    share = capped / known
+    metrics = {"requests": known, "length_finishes": capped, "length_share": rounded(share),
+               "reported_length": s["reported_length"],
+               "reached_cap_reported_otherwise": s["reached_cap_reported_otherwise"],
+               "length_below_cap": s["length_below_cap"], "reasoning_ate_budget": s["reasoning_ate_budget"],
+               "capped_with_empty_content": s["capped_empty_content"], "benchmark_run": benchmark,
+               "target_length_share": p["max_length_share"]}
+
+    by_cap = ctx.rows(f"""
+        WITH natural_out AS (SELECT completion_tokens AS c FROM scope_requests
+                         WHERE finish_reason = 'stop' AND completion_tokens IS NOT NULL)
+        SELECT max_tokens AS cap, count(*) AS n, count(*) FILTER (WHERE {CAPPED}) AS capped,
+               {q('completion_tokens', 0.5)} AS out_p50, {q('completion_tokens', 0.99)} AS out_p99,
+               (SELECT count(*) FROM natural_out) AS natural_n,
+               (SELECT count(*) FROM natural_out WHERE c > max_tokens) AS natural_longer
+        FROM scope_requests WHERE {KNOWN} GROUP BY max_tokens ORDER BY capped DESC, cap NULLS LAST""")
+    cap_rows = []
+    inside = []
+    for row in by_cap:
+        row_share = ratio(row["capped"], row["n"])
+        longer = ratio(row["natural_longer"], row["natural_n"]) if row["cap"] is not None else None
+        cap_rows.append([row["cap"], row["n"], row["capped"], row_share, row["out_p50"], row["out_p99"], longer])
+        if row["capped"] and longer is not None and longer >= p["cap_inside_share"]:
+            inside.append((row["cap"], longer))
+    top = next((r for r in by_cap if r["capped"]), None)
+    metrics["top_cap"] = top["cap"] if top else None
+    metrics["top_cap_length_share"] = rounded(ratio(top["capped"], top["n"])) if top else None
+    fallback = ctx.rows(f"""
+        SELECT served_model, max_tokens AS cap, count(*) AS n, count(*) FILTER (WHERE {CAPPED}) AS capped,
+               (SELECT {q('max_tokens', 0.5)} FROM scope_requests WHERE fallback_from IS NULL
+                  AND (served_model IS NULL OR served_model = model)) AS primary_cap
+        FROM scope_requests
+        WHERE {KNOWN} AND (fallback_from IS NOT NULL OR (served_model IS NOT NULL AND served_model <> model))
+        GROUP BY ALL ORDER BY capped DESC LIMIT 3""") if ctx.has("served_model") or ctx.has("fallback_from") else []
+    smaller_fallback = [f for f in fallback if f["cap"] is not None and f["primary_cap"] is not None
+                        and f["cap"] < f["primary_cap"] and f["capped"]]
+
+    the_chart = chart("bar", "Share of requests ended by the output limit, by max_tokens", "max_tokens",
+                      "length-finish share", [{"name": "length-finish share",
+                                               "x": [("unset" if r[0] is None else str(r[0])) for r in cap_rows],
+                                               "y": [rounded(r[3]) for r in cap_rows]}],
+                      hlines=[{"y": p["max_length_share"], "label": "line"}])
+    the_table = table(["max_tokens", "requests", "length finishes", "share", "completion p50", "completion p99",
+                       "natural answers longer than the cap"], cap_rows[:20])
+    evidence = {"metrics": metrics, "thresholds": thresholds, "chart": the_chart, "table": the_table}
+
+    # Every request capped at one length: what a fixed-output benchmark looks like (production rarely does this).
+    fixed = (capped == known and s["capped_with_tokens"] and s["capped_min_tokens"] == s["capped_max_tokens"]
+             and s["caps"] <= 1)
+    if benchmark and share > 0:
+        return {"state": "clear",
+                "summary": f"{pct(share)} of requests ended by length, by design: this is a benchmark run with fixed "
+                           "output lengths (ignore_eos), not production traffic.",
+                "evidence": evidence}
+    if share < p["max_length_share"] or capped < p["min_length_requests"]:
+        return {"state": "clear",
+                "summary": f"{pct(share, 1)} of {known} requests ended at the output limit (line: "
+                           f"{pct(p['max_length_share'])} and at least {p['min_length_requests']} requests).",
+                "evidence": evidence}
+
+    parts = [f"{pct(share)} of {known} requests ended at the output limit ({capped} requests)"]
+    if top and top["cap"] is not None:
+        parts.append(f"max_tokens={top['cap']} cut {pct(ratio(top['capped'], top['n']))} of its requests")
+    if inside:
+        cap, longer = inside[0]
+        parts.append(f"the cap {cap} sits inside the output distribution: {pct(longer)} of answers that ended "
+                     "naturally were longer")
+    if s["reasoning_ate_budget"]:
+        metrics["reasoning_ate_budget_share"] = rounded(s["reasoning_ate_budget"] / capped)
+        parts.append(f"reasoning consumed the budget in {pct(s['reasoning_ate_budget'] / capped)} of them "
+                     "(empty content, reasoning present)")
+    if smaller_fallback:
+        f = smaller_fallback[0]
+        metrics |= {"fallback_model": f["served_model"], "fallback_cap": f["cap"], "primary_cap": f["primary_cap"]}
+        parts.append(f"fallback model {f['served_model']} has a smaller cap ({f['cap']} vs {f['primary_cap']:g}) "
+                     f"and {pct(ratio(f['capped'], f['n']))} of its answers hit it, so the retry fails too")
+    if s["length_below_cap"]:
+        parts.append(f"{s['length_below_cap']} 'length' finishes came below the cap (llama.cpp reports length for any "
+                     "stop that is not EOS or a stop word, e.g. the slot's context filled)")
+    if s["reached_cap_reported_otherwise"]:
+        parts.append(f"{s['reached_cap_reported_otherwise']} requests reached max_tokens though the source did not say length")
+    if fixed:
+        metrics["all_capped_at_same_length"] = s["capped_min_tokens"]
+        parts.append(f"every request ran to exactly {s['capped_min_tokens']} tokens: if this is a fixed-length "
+                     "benchmark (ignore_eos), length finishes are by design")
+    result = {"state": "fired", "summary": "; ".join(parts) + ".", "evidence": evidence,
+              "examples": ctx.examples(CAPPED, "completion_tokens DESC NULLS LAST")}
+    if share >= p["critical_share"]:
+        result["severity"] = "critical"
+    return result
+
+
+def _from_counter(ctx: DetectorContext, thresholds: dict, benchmark: bool) -> dict:
+    """vLLM's request_success counter by finished_reason, when there is no per-request data."""
+    p = ctx.params
+    if not ctx.has_metric("vllm:request_success"):
+        reason = "no finish_reason, no max_tokens and no vllm:request_success counter"
+        if benchmark:
+            reason += (" (benchmark result files save neither finish reasons nor caps; with vllm bench's random "
+                       "dataset every request runs to its drawn output length because ignore_eos is forced, so "
+                       "length finishes there are by design)")
+        return not_evaluable(reason, "Cannot tell which requests were cut at the output limit.")
+    rows = ctx.rows("""SELECT labels['finished_reason'] AS reason, sum(increase) AS n FROM scope_counter_increases
+                       WHERE name = 'vllm:request_success' GROUP BY 1""")
+    total = sum(r["n"] or 0 for r in rows)
+    length = sum(r["n"] or 0 for r in rows if r["reason"] == "length")
+    if total < p["min_requests"]:
+        return not_evaluable(f"no per-request finish reasons, and vllm:request_success grew by only {total:g} requests "
+                             f"(needs {p['min_requests']})", "Too few finished requests to judge length finishes.")
+    share = length / total
+    metrics = {"requests": total, "length_finishes": length, "length_share": rounded(share), "source": "vllm:request_success",
+               "target_length_share": p["max_length_share"], "benchmark_run": benchmark}
+    evidence = {"metrics": metrics, "thresholds": thresholds}
+    if benchmark or share < p["max_length_share"] or length < p["min_length_requests"]:
+        return {"state": "clear", "summary": f"{pct(share, 1)} of {total:g} requests ended by length (vLLM counter).",
+                "evidence": evidence}
+    result = {"state": "fired", "evidence": evidence,
+              "summary": f"{pct(share)} of {total:g} requests ended at the output limit (vllm:request_success by "
+                         "finished_reason; no per-request data, so caps and examples are unknown)."}
+    if share >= p["critical_share"]:
+        result["severity"] = "critical"
+    return result
