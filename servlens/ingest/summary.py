@@ -1,0 +1,123 @@
+"""Text for people: time spans (absolute or +hh:mm:ss on a relative clock), column coverage, ingest summaries."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+
+EPOCH = datetime(1970, 1, 1)
+
+
+def _as_datetime(value) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=None)
+    return datetime.fromisoformat(str(value)).replace(tzinfo=None)
+
+
+def relative(value) -> str:
+    """A relative-clock time (offset from 1970-01-01) as +hh:mm:ss(.fff)."""
+    moment = _as_datetime(value)
+    seconds = (moment - EPOCH).total_seconds()
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"+{int(hours):02d}:{int(minutes):02d}:{int(secs):02d}"
+    fraction = secs - int(secs)
+    return text + (f".{int(round(fraction * 1000)):03d}" if fraction >= 0.0005 else "")
+
+
+def format_span(t_min, t_max, relative_clock: bool) -> str:
+    start, end = _as_datetime(t_min), _as_datetime(t_max)
+    if start is None:
+        return "no times"
+    if relative_clock:
+        return f"{relative(start)} → {relative(end)} (relative clock)"
+    duration = (end - start).total_seconds() if end else 0
+    same_day = end is not None and end.date() == start.date()
+    end_text = end.strftime("%H:%M:%S") if same_day else end.strftime("%Y-%m-%d %H:%M:%S")
+    return f"{start.strftime('%Y-%m-%d %H:%M:%S')} → {end_text} UTC ({_duration(duration)})"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def coverage_text(columns_filled: dict[str, float], width: int = 100) -> list[str]:
+    """'filled: a, b, c' and 'partly: x 63%, y 2%' lines."""
+    full = [c for c, share in columns_filled.items() if share >= 0.9995]
+    partial = [f"{c} {share * 100:.0f}%" if share >= 0.01 else f"{c} <1%" for c, share in columns_filled.items() if share < 0.9995]
+    lines = []
+    if full:
+        lines.append("filled: " + ", ".join(full))
+    if partial:
+        lines.append("partly: " + ", ".join(partial))
+    return lines or ["no canonical column filled"]
+
+
+def _short(runs: list[str], limit: int = 6) -> str:
+    if len(runs) <= limit:
+        return ", ".join(runs)
+    return ", ".join(runs[:limit]) + f", … ({len(runs)} runs)"
+
+
+def ingest_text(report: dict, db_path: str | None = None) -> str:
+    """The text summary of an ingest report: one block per request source, metrics grouped, then what was skipped."""
+    lines: list[str] = []
+    sources = report.get("sources", [])
+    requests = [s for s in sources if s.get("kind", "requests") == "requests"]
+    metrics = [s for s in sources if s.get("kind") == "metrics"]
+    if db_path:
+        lines.append(f"Store: {db_path}")
+    for source in requests:
+        runs = source.get("runs") or []
+        name = Path(source["path"]).name
+        lines.append(f"{name}  [{source['format']}]  run{'s' if len(runs) != 1 else ''} {_short(runs)}")
+        if source.get("skipped"):
+            lines.append(f"  already ingested: same content in the same run; nothing added ({source['rows']} rows there)")
+            continue
+        verb = "replaced the earlier version: " if source.get("replaced") else ""
+        lines.append(f"  {verb}{source['rows']} rows, {source['bad_lines']} bad lines, "
+                     f"{format_span(source.get('t_min'), source.get('t_max'), source.get('relative_clock'))}")
+        for text in coverage_text(source.get("columns_filled") or {}):
+            lines.append(f"  {text}")
+        if source.get("bad_lines"):
+            first = (source.get("errors") or [{}])[0]
+            where = f"line {first.get('line')}" if first.get("line") is not None else "the file"
+            lines.append(f"  bad lines are kept in ingest_errors (first: {where}: {first.get('reason')}); "
+                         "--strict makes them an error")
+    if metrics:
+        groups: dict[tuple, list[dict]] = defaultdict(list)
+        for source in metrics:
+            groups[(source.get("format"), source.get("run"))].append(source)
+        for (fmt, run), members in groups.items():
+            new = [m for m in members if not m.get("skipped")]
+            samples = sum(int(m.get("rows") or 0) for m in new)
+            bad = sum(int(m.get("bad_lines") or 0) for m in new)
+            time_sources = sorted({str(m.get("time_source")) for m in new if m.get("time_source")})
+            text = f"{len(members)} metrics file{'s' if len(members) != 1 else ''}  [{fmt}]  run {run}: "
+            if new:
+                text += f"{samples} samples, {bad} bad lines"
+                if time_sources:
+                    text += f", scrape time from {', '.join(time_sources)}"
+                t_min = min((m["t_min"] for m in new if m.get("t_min")), default=None)
+                t_max = max((m["t_max"] for m in new if m.get("t_max")), default=None)
+                if t_min:
+                    text += f", {format_span(t_min, t_max, False)}"
+            skipped = len(members) - len(new)
+            if skipped:
+                text += ("; " if new else "") + f"{skipped} already ingested (nothing added)"
+            lines.append(text)
+    skipped = report.get("skipped") or []
+    if skipped:
+        lines.append(f"Skipped {len(skipped)} file{'s' if len(skipped) != 1 else ''}:")
+        for item in skipped:
+            lines.append(f"  {Path(item['path']).name}: {item['reason']}")
+    if not requests and not metrics:
+        lines.append("Nothing ingested.")
+    return "\n".join(lines)
