@@ -1,0 +1,129 @@
+"""`servlens compare`: before/after statistics on matched request cohorts, as a release gate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from servlens.commands._common import output_options, pick_format, resolve_db, write_output
+from servlens.errors import ConfigError, InputError
+
+
+@click.command("compare", context_settings={"max_content_width": 110})
+@click.argument("before", required=False)
+@click.argument("after", required=False)
+@click.option("--db", "db", type=click.Path(dir_okay=False), default=None,
+              help="A store that already holds both runs (with --before/--after, or run labels as arguments).")
+@click.option("--before", "before_run", default=None, help="Run label of the before run in --db.")
+@click.option("--after", "after_run", default=None, help="Run label of the after run in --db.")
+@click.option("--policy", "policy_path", type=click.Path(dir_okay=False), default=None,
+              help="Gate policy (TOML) [default: the built-in policy; see docs/compare.md].")
+@click.option("--by", "by", default=None,
+              help="Cohort bands, comma-separated: model, served_model, deployment, provider, prompt_band, "
+                   "output_band [default: model,prompt_band; e2e adds output_band].")
+@output_options
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap (results repeat exactly).")
+@click.pass_context
+def compare(ctx, before, after, db, before_run, after_run, policy_path, by, output_format, out, seed):
+    """Compare an AFTER run with a BEFORE run on matched cohorts and gate the release.
+
+    BEFORE and AFTER are files or folders of request logs (ingested into a temporary store), or run labels in
+    --db. Exit code: 0 pass, 1 fail, 3 inconclusive (too little data, no overlapping cohorts, a gated metric
+    missing on one side), 2 usage or input error.
+
+    \b
+    Example:
+        servlens compare before/ after/
+        servlens compare --db store.duckdb --before prod-1127 --after canary-1128
+        servlens compare before.jsonl after.jsonl --policy gates.toml --format md --out compare.md
+    """
+    from servlens.compare.engine import compare_runs, exit_code
+    from servlens.compare.policy import load_policy, parse_by
+
+    fmt = pick_format(output_format, out)
+    policy = load_policy(policy_path)
+    if by is not None:
+        policy = policy.with_by(parse_by(by))
+
+    con, before_label, after_label = _open_runs(ctx, before, after, db, before_run, after_run)
+    try:
+        doc = compare_runs(con, before_label, after_label, policy, seed=seed)
+    finally:
+        con.close()
+    write_output(render(doc, fmt), out)
+    ctx.exit(exit_code(doc))
+
+
+def render(doc: dict, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(doc, indent=2, ensure_ascii=False)
+    if fmt == "md":
+        from servlens.render.compare_markdown import render_compare_markdown
+
+        return render_compare_markdown(doc)
+    if fmt == "html":
+        try:
+            from servlens.render.html import render_html
+        except ImportError:
+            raise ConfigError("The HTML report is not available in this build",
+                              "Use --format json, md or text") from None
+        return render_html(doc)
+    from servlens.render.compare_text import render_compare_text
+
+    return render_compare_text(doc)
+
+
+def _open_runs(ctx, before, after, db, before_run, after_run):
+    """A connection and the two run labels: from --db and labels, or a temporary store ingested from paths."""
+    from servlens.store.schema import open_store
+
+    if before_run or after_run:
+        if before or after:
+            raise ConfigError("Give either two paths or run labels as arguments, or --before/--after, not both",
+                              "Example: servlens compare --db store.duckdb --before prod --after canary")
+        if not (before_run and after_run):
+            raise ConfigError("--before and --after go together", "Name both runs")
+        return open_store(resolve_db(ctx, db), read_only=True), before_run, after_run
+    if not (before and after):
+        raise ConfigError("compare needs a BEFORE and an AFTER",
+                          "Example: servlens compare before/ after/  (or --db store.duckdb --before A --after B)")
+    paths = [_looks_like_path(x) for x in (before, after)]
+    if not any(paths):
+        store = resolve_db(ctx, db)
+        if not store.exists():
+            raise InputError(f"No such file or folder: {before if not paths[0] else after}",
+                             "Give two files or folders, or run labels with --db")
+        return open_store(store, read_only=True), before, after
+    if not all(paths):
+        missing = after if paths[0] else before
+        raise InputError(f"No such file or folder: {missing}",
+                         "Give two files or folders, or two run labels with --db")
+    con = open_store(None)
+    try:
+        for label, path in (("before", before), ("after", after)):
+            _ingest(con, path, label)
+    except BaseException:
+        con.close()
+        raise
+    return con, "before", "after"
+
+
+def _looks_like_path(value: str) -> bool:
+    return Path(value).exists() or any(ch in value for ch in "*?[")
+
+
+def _ingest(con, path: str, run: str) -> None:
+    """Ingest a file or folder into the temporary store as run `run` (through the ingest API)."""
+    try:
+        from servlens.ingest import api
+    except ImportError:
+        raise ConfigError("Comparing files directly needs the ingest API, which this build does not have",
+                          "Ingest each run with 'servlens ingest PATH --run NAME', then use --db with "
+                          "--before/--after") from None
+    api.ingest_paths(con, [path], run=run)
+    rows = con.execute("SELECT count(*) FROM requests WHERE run = ?", [run]).fetchone()[0]
+    if rows == 0:
+        raise InputError(f"{path} holds no request log that servlens recognises",
+                         "Check the path, or name the format with a profile ('servlens formats' lists them)")

@@ -1,0 +1,61 @@
+"""The compare result document as Markdown for a pull-request comment or a CI step summary."""
+
+from __future__ import annotations
+
+from servlens.render.compare_text import EXIT_OF, fmt_change, fmt_value, short_cohort
+
+BADGE = {"pass": "✅ pass", "fail": "❌ fail", "inconclusive": "⚠️ inconclusive"}
+
+
+def _cell(text) -> str:
+    """Escape what would break a table cell or start markup (log-derived labels are untrusted)."""
+    text = str(text)
+    for ch in ("\\", "|", "*", "_", "`", "<", ">", "[", "]"):
+        text = text.replace(ch, "\\" + ch)
+    return text.replace("\n", " ")
+
+
+def render_compare_markdown(doc: dict) -> str:
+    verdict = doc["verdict"]
+    before, after = doc["before"], doc["after"]
+    lines = [f"### servlens compare: {BADGE[verdict]} (exit {EXIT_OF[verdict]})", "",
+             _cell(doc["reason"]), "",
+             f"**before** `{before['run']}` · {before['requests']:,} requests — "
+             f"**after** `{after['run']}` · {after['requests']:,} requests"]
+    cov = doc.get("coverage")
+    if cov:
+        lines.append(f"Coverage: {cov['before']['share']:.0%} of before and {cov['after']['share']:.0%} of after in "
+                     f"{cov['cohorts_compared']} of {cov['cohorts_total']} cohorts ({' × '.join(cov['by'])}).")
+    gates = doc.get("gates", [])
+    if gates:
+        lines += ["", "| gate | cohorts | before | after | change [interval] | tolerance | verdict |",
+                  "|---|---|---:|---:|---:|---:|---|"]
+        for g in gates:
+            name = _cell(g["name"]) + (" (critical)" if g["critical"] else "")
+            mark = {"fail": "❌ fail", "pass": "✅ pass", "inconclusive": "⚠️ inconclusive"}[g["verdict"]]
+            lines.append(f"| {name} | {_cell(short_cohort(g))} | {fmt_value(g.get('before'), g['unit'])} | "
+                         f"{fmt_value(g.get('after'), g['unit'])} | {fmt_change(g)} | {_cell(g['tolerance_text'])} | "
+                         f"{mark} |")
+        conf = doc.get("policy", {}).get("confidence", 0.95)
+        lines += ["", f"Intervals are Holm-adjusted at {conf:.0%} family confidence; latency effects re-weight the "
+                      "after run to the before run's cohort mix."]
+    mix = doc.get("mix_shift")
+    if mix and mix.get("significant"):
+        lines += ["", f"**Mix shift.** {_cell(mix['summary'])}.", "",
+                  "| gate | naive change | mix-adjusted change |", "|---|---:|---:|"]
+        for row in mix.get("naive_vs_adjusted", []):
+            if "naive_ratio" in row:
+                naive = f"{(row['naive_ratio'] - 1) * 100:+.1f}%"
+                adjusted = f"{(row['adjusted_ratio'] - 1) * 100:+.1f}%"
+            else:
+                naive, adjusted = f"{row['naive_diff'] * 100:+.2f} pp", f"{row['adjusted_diff'] * 100:+.2f} pp"
+            lines.append(f"| {_cell(row['gate'])} | {naive.replace('-', '−')} | {adjusted.replace('-', '−')} |")
+    if doc.get("improvements"):
+        lines += ["", "**Improvements**", ""] + [f"- {_cell(i['summary'])}" for i in doc["improvements"]]
+    if gates:
+        lines += ["", "<details><summary>Gates as rollback criteria</summary>", ""]
+        lines += [f"- {_cell(g['rollback_criterion'])}" for g in gates]
+        lines += ["", "</details>"]
+    for note in doc.get("notes", []):
+        lines += ["", f"_Note: {_cell(note)}._"]
+    return "\n".join(lines) + "\n"

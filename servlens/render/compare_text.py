@@ -1,0 +1,97 @@
+"""The compare result document as a terminal table, benchstat-like: before, after, change with interval, verdict."""
+
+from __future__ import annotations
+
+EXIT_OF = {"pass": 0, "fail": 1, "inconclusive": 3}
+
+
+def fmt_value(value, unit: str) -> str:
+    if value is None:
+        return "–"
+    if unit == "share":
+        return f"{value * 100:.2f}%"
+    if value >= 100:
+        return f"{value:.0f} s"
+    if value >= 1:
+        return f"{value:.3g} s"
+    if value >= 0.001:
+        return f"{value * 1000:.3g} ms"
+    return f"{value * 1e6:.3g} µs"
+
+
+def fmt_change(gate: dict) -> str:
+    """'+13.8% [+9.4% … +19.7%]' for latencies, '+0.33 pp [−0.18 … +0.84]' for rates, '~' when not estimated."""
+    if gate.get("change") is None:
+        if gate.get("ratio") is not None:
+            return f"{(gate['ratio'] - 1) * 100:+.1f}% (no interval)".replace("-", "−")
+        return "~"
+    if gate["kind"] == "latency":
+        text = (f"{gate['change'] * 100:+.1f}% [{gate['change_low'] * 100:+.1f}% … "
+                f"{gate['change_high'] * 100:+.1f}%]")
+    else:
+        text = (f"{gate['change'] * 100:+.2f} pp [{gate['change_low'] * 100:+.2f} … "
+                f"{gate['change_high'] * 100:+.2f}]")
+    return text.replace("-", "−")
+
+
+def short_cohort(gate: dict) -> str:
+    if gate.get("per_cohort"):
+        return gate.get("cohort") or "each cohort"
+    count = gate.get("cohort_count")
+    return f"mix-adjusted ({count})" if count else "–"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    return lines
+
+
+def render_compare_text(doc: dict) -> str:
+    verdict = doc["verdict"]
+    before, after = doc["before"], doc["after"]
+    out = [f"servlens compare: {verdict.upper()} (exit {EXIT_OF[verdict]})",
+           f"before: {before['run']} ({before['requests']:,} requests)   "
+           f"after: {after['run']} ({after['requests']:,} requests)"]
+    cov = doc.get("coverage")
+    if cov:
+        out.append(f"coverage: {cov['before']['share']:.0%} of before and {cov['after']['share']:.0%} of after in "
+                   f"{cov['cohorts_compared']} of {cov['cohorts_total']} cohorts ({' × '.join(cov['by'])})")
+    gates = doc.get("gates", [])
+    if gates:
+        rows = []
+        for g in gates:
+            name = g["name"] + (" *" if g["critical"] else "")
+            rows.append([name, short_cohort(g), fmt_value(g.get("before"), g["unit"]),
+                         fmt_value(g.get("after"), g["unit"]), fmt_change(g),
+                         f"{g['tolerance_text']}", g["verdict"].upper() if g["verdict"] == "fail" else g["verdict"]])
+        out.append("")
+        out.extend(_table(["gate", "cohorts", "before", "after", "change [interval]", "tolerance", "verdict"], rows))
+        judged = sum(1 for g in gates if g.get("change") is not None)
+        conf = doc.get("policy", {}).get("confidence", 0.95)
+        out.append(f"* critical gate. Intervals are Holm-adjusted over {judged} judged gate"
+                   f"{'s' if judged != 1 else ''} at {conf:.0%} family confidence; latencies compare the after run "
+                   f"re-weighted to the before run's cohort mix.")
+    mix = doc.get("mix_shift")
+    if mix and mix.get("significant"):
+        out += ["", "Mix shift: " + mix["summary"] + "."]
+        rows = []
+        for row in mix.get("naive_vs_adjusted", []):
+            if "naive_ratio" in row:
+                rows.append([row["gate"], f"{(row['naive_ratio'] - 1) * 100:+.1f}%".replace("-", "−"),
+                             f"{(row['adjusted_ratio'] - 1) * 100:+.1f}%".replace("-", "−")])
+            else:
+                rows.append([row["gate"], f"{row['naive_diff'] * 100:+.2f} pp".replace("-", "−"),
+                             f"{row['adjusted_diff'] * 100:+.2f} pp".replace("-", "−")])
+        if rows:
+            out.extend("  " + line for line in _table(["gate", "naive change", "mix-adjusted change"], rows))
+    if doc.get("improvements"):
+        out += ["", "Improvements:"] + [f"  - {i['summary']}" for i in doc["improvements"]]
+    if gates:
+        out += ["", "Gates as rollback criteria:"] + [f"  - {g['rollback_criterion']}" for g in gates]
+    for note in doc.get("notes", []):
+        out.append(f"Note: {note}.")
+    out += ["", f"Verdict: {verdict}. {doc['reason']}"]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,244 @@
+"""compare_runs end to end on canonical rows: verdicts, reasons, rollback sentences, coverage, mix shift, shape."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from servlens.compare.engine import compare_runs, exit_code
+from servlens.compare.policy import Gate, Policy, load_policy
+from servlens.compare.simulate import chat_tokens, insert_requests, latency_model
+from servlens.errors import ConfigError, InputError
+from servlens.store.schema import open_store
+
+
+@pytest.fixture
+def con():
+    con = open_store(None)
+    yield con
+    con.close()
+
+
+def add_run(con, run, n, seed, ttft_scale=1.0, model="qwen3-8b", error_rate=0.0, long_share=0.05,
+            prefill=False, drop=()):
+    rng = np.random.default_rng(seed)
+    prompt, output = chat_tokens(rng, n, long_share=long_share)
+    cols = {"model": np.full(n, model, dtype=object), "prompt_tokens": prompt, "completion_tokens": output,
+            "finish_reason": np.full(n, "stop", dtype=object)}
+    cols.update(latency_model(rng, prompt, output, ttft_scale, prefill=prefill))
+    errors = rng.random(n) < error_rate
+    cols["status"] = np.where(errors, "error", "ok").astype(object)
+    for name in drop:
+        cols.pop(name)
+    insert_requests(con, run, cols)
+
+
+FAST = load_policy()
+
+
+def gate(doc, gate_id):
+    return next(g for g in doc["gates"] if g["id"] == gate_id)
+
+
+def test_identical_large_runs_pass(con):
+    add_run(con, "before", 20000, 1)
+    add_run(con, "after", 20000, 2)
+    doc = compare_runs(con, "before", "after", FAST, seed=1)
+    assert doc["verdict"] == "pass", doc["reason"]
+    assert exit_code(doc) == 0
+    assert doc["reason"] == "All 2 critical gates pass."
+    p99 = gate(doc, "ttft_p99")
+    assert p99["verdict"] == "pass"
+    assert p99["ci_low"] < 1 < p99["ci_high"]
+    assert p99["rollback_criterion"].startswith("keep: TTFT p99 (mix-adjusted over ")
+    assert "within the +10% tolerance" in p99["rollback_criterion"]
+    assert doc["coverage"]["sufficient"] is True
+    assert doc["mix_shift"]["significant"] is False
+
+
+def test_a_30_percent_slower_ttft_fails_with_a_rollback_sentence(con):
+    add_run(con, "before", 5000, 1)
+    add_run(con, "after", 5000, 2, ttft_scale=1.3)
+    doc = compare_runs(con, "before", "after", FAST, seed=1)
+    assert doc["verdict"] == "fail"
+    assert exit_code(doc) == 1
+    p99 = gate(doc, "ttft_p99")
+    assert p99["verdict"] == "fail" and p99["significant"] is True
+    assert p99["change_low"] > 0 and p99["change"] > 0.10
+    assert p99["ci_low"] == pytest.approx(1 + p99["change_low"], rel=1e-5)
+    text = p99["rollback_criterion"]
+    assert text.startswith("roll back: TTFT p99 (mix-adjusted over ")
+    assert f"rose {p99['change'] * 100:.1f}%" in text and text.endswith("beyond the +10% tolerance")
+    assert doc["reason"].startswith("1 critical gate failed: roll back: TTFT p99")
+    # TPOT did not change: it passes, and e2e (dominated by decode) stays within tolerance
+    assert gate(doc, "tpot_p50")["verdict"] == "pass"
+
+
+def test_a_faster_release_is_reported_as_an_improvement(con):
+    add_run(con, "before", 20000, 1)
+    add_run(con, "after", 20000, 2, ttft_scale=0.7)
+    doc = compare_runs(con, "before", "after", FAST, seed=1)
+    assert doc["verdict"] == "pass"
+    names = [i["gate"] for i in doc["improvements"]]
+    assert "TTFT p50" in names and "TTFT p99" in names
+    assert gate(doc, "ttft_p50")["rollback_criterion"].endswith("a clear improvement")
+
+
+def test_thirty_requests_a_side_is_inconclusive_not_pass(con):
+    add_run(con, "before", 30, 1)
+    add_run(con, "after", 30, 2)
+    doc = compare_runs(con, "before", "after", FAST, seed=1)
+    assert doc["verdict"] == "inconclusive"
+    assert exit_code(doc) == 3
+    assert all(g["verdict"] != "pass" for g in doc["gates"] if g["critical"])
+
+
+def test_thin_data_within_one_cohort_names_what_is_missing(con):
+    policy = Policy(gates=(Gate("ttft", "p99", 0.1, critical=True),), by=("model",))
+    add_run(con, "before", 300, 1)
+    add_run(con, "after", 300, 2)
+    doc = compare_runs(con, "before", "after", policy, seed=1)
+    p99 = gate(doc, "ttft_p99")
+    assert p99["verdict"] == "inconclusive"
+    assert p99["reason"] == ("too few requests for TTFT p99: it needs at least 1000 per side in compared cohorts "
+                             "(before has 300, after 300)")
+    assert p99["rollback_criterion"].startswith("hold: TTFT p99 (mix-adjusted over 1 cohort) cannot be judged")
+    assert doc["verdict"] == "inconclusive"
+
+
+def test_a_metric_missing_on_one_side_is_inconclusive(con):
+    add_run(con, "before", 5000, 1)
+    add_run(con, "after", 5000, 2, drop=("ttft_s",))
+    doc = compare_runs(con, "before", "after", FAST, seed=1)
+    p99 = gate(doc, "ttft_p99")
+    assert p99["verdict"] == "inconclusive"
+    assert p99["reason"] == "TTFT is not measured in the after run (no successful request has ttft_s)"
+    assert doc["verdict"] == "inconclusive"
+    assert "TTFT p99 cannot be judged: TTFT is not measured in the after run" in doc["reason"]
+
+
+def test_different_models_only_is_inconclusive_with_an_explanation(con):
+    add_run(con, "before", 2000, 1, model="llama-3-8b")
+    add_run(con, "after", 2000, 2, model="qwen3-8b")
+    doc = compare_runs(con, "before", "after", FAST, seed=1)
+    assert doc["verdict"] == "inconclusive"
+    assert doc["reason"] == ("The runs share no model (before: llama-3-8b; after: qwen3-8b), so there are no matched "
+                             "cohorts to compare; to compare across a model change, band without the model "
+                             "(--by prompt_band)")
+    assert doc["gates"] == []
+    # banding without the model compares them
+    doc = compare_runs(con, "before", "after", FAST.with_by(("prompt_band",)), seed=1)
+    assert doc["gates"] and doc["coverage"]["by"] == ["prompt_band"]
+
+
+def test_no_overlapping_cohorts(con):
+    rng = np.random.default_rng(0)
+    for run, prompt in (("before", 100), ("after", 5000)):
+        n = 500
+        insert_requests(con, run, {"model": np.full(n, "m", dtype=object), "prompt_tokens": np.full(n, prompt),
+                                   "ttft_s": rng.lognormal(0, 0.5, n), "status": np.full(n, "ok", dtype=object)})
+    doc = compare_runs(con, "before", "after", FAST, seed=1)
+    assert doc["verdict"] == "inconclusive"
+    assert doc["reason"] == ("No cohort (model × prompt_band) has at least 30 requests in both runs, so nothing can "
+                             "be compared like for like")
+    assert doc["coverage"]["before_only"] == ["m / 64–127 prompt tokens"]
+    assert doc["coverage"]["after_only"] == ["m / 4096–8191 prompt tokens"]
+
+
+def test_unknown_run_and_same_run_are_usage_errors(con):
+    add_run(con, "before", 100, 1)
+    with pytest.raises(InputError) as err:
+        compare_runs(con, "before", "canary", FAST)
+    assert str(err.value) == ("The store has no requests for run 'canary' (runs with requests: before). Check the run "
+                              "label with 'servlens runs', or ingest the run first.")
+    with pytest.raises(ConfigError, match="Before and after are the same run"):
+        compare_runs(con, "before", "before", FAST)
+
+
+def test_error_rate_gate_fails_on_a_real_increase(con):
+    add_run(con, "before", 20000, 1, error_rate=0.01)
+    add_run(con, "after", 20000, 2, error_rate=0.03)
+    doc = compare_runs(con, "before", "after", FAST, seed=1)
+    err = gate(doc, "error_rate_rate")
+    assert err["verdict"] == "fail"
+    assert err["diff"] == pytest.approx(err["after"] - err["before"], abs=1e-6)
+    assert err["change_low"] > 0.005 or err["change"] > 0.005
+    assert err["rollback_criterion"].startswith("roll back: error rate (mix-adjusted over ")
+    assert "pp" in err["rollback_criterion"] and err["rollback_criterion"].endswith("beyond the +0.5 pp tolerance")
+    assert doc["verdict"] == "fail"
+
+
+def test_failed_requests_without_token_counts_band_rates_by_model_only(con):
+    add_run(con, "before", 5000, 1)
+    rng = np.random.default_rng(3)
+    insert_requests(con, "after", {"model": np.full(200, "qwen3-8b", dtype=object),
+                                   "status": np.full(200, "error", dtype=object)})
+    add_run(con, "after", 5000, 2)
+    doc = compare_runs(con, "before", "after", FAST, seed=1)
+    err = gate(doc, "error_rate_rate")
+    assert err["by"] == ["model"]
+    assert err["verdict"] == "fail"          # 0% -> 3.8%: not hidden in an 'unknown length' band
+    assert any("error rate: 200 of the counted events have no prompt token count" in n for n in doc["notes"])
+    del rng
+
+
+def test_mix_shift_is_adjusted_away_and_reported(con):
+    """5% → 30% long prompts, identical per-request latency: naive p99 moves a lot, the adjusted verdict passes."""
+    add_run(con, "before", 50000, 1, long_share=0.05, prefill=True)
+    add_run(con, "after", 50000, 2, long_share=0.30, prefill=True)
+    policy = Policy(gates=(Gate("ttft", "p50", 0.10), Gate("ttft", "p90", 0.10), Gate("ttft", "p99", 0.10,
+                                                                                        critical=True)))
+    doc = compare_runs(con, "before", "after", policy, seed=1)
+    rows = {r["gate"]: r for r in doc["mix_shift"]["naive_vs_adjusted"]}
+    assert rows["TTFT p99"]["naive_ratio"] > 1.5
+    assert rows["TTFT p90"]["naive_ratio"] > 1.5
+    for name in ("TTFT p50", "TTFT p90", "TTFT p99"):
+        assert abs(rows[name]["adjusted_ratio"] - 1) < 0.05, rows[name]
+    assert doc["mix_shift"]["significant"] is True
+    assert doc["mix_shift"]["summary"].startswith("The cohort mix shifted (total variation ")
+    assert gate(doc, "ttft_p99")["verdict"] == "pass"
+    assert doc["verdict"] == "pass"
+
+
+def test_per_cohort_gates_run_holm_over_every_cohort(con):
+    policy = Policy(gates=(Gate("ttft", "p50", 0.10, critical=True, per_cohort=True),))
+    add_run(con, "before", 5000, 1)
+    add_run(con, "after", 5000, 2)
+    doc = compare_runs(con, "before", "after", policy, seed=1)
+    cohorts = [g["cohort"] for g in doc["gates"]]
+    assert len(cohorts) >= 3 and all(c.startswith("qwen3-8b / ") for c in cohorts)
+    assert all(g["per_cohort"] for g in doc["gates"])
+    m = len(doc["gates"])
+    assert all(g["rule"].startswith(f"Roll back if TTFT p50 in cohort {g['cohort']} is significantly higher "
+                                    f"than before (Holm over {m} gates") for g in doc["gates"])
+    assert min(g["confidence"] for g in doc["gates"]) == pytest.approx(1 - 0.05 / m, rel=1e-4)
+
+
+def test_document_shape_is_stable_and_bounded(con):
+    add_run(con, "before", 3000, 1)
+    add_run(con, "after", 3000, 2)
+    doc = compare_runs(con, "before", "after", FAST, seed=7)
+    again = compare_runs(con, "before", "after", FAST, seed=7)
+    doc.pop("generated_at"), again.pop("generated_at")
+    assert doc == again                                    # seeded: identical
+    json.dumps(doc)                                        # plain JSON types only
+    assert doc["kind"] == "compare" and doc["schema_version"] == 1
+    for key in ("verdict", "reason", "before", "after", "policy", "method", "coverage", "mix_shift", "gates",
+                "improvements", "cohorts", "notes"):
+        assert key in doc
+    for g in doc["gates"]:
+        for key in ("metric", "statistic", "cohort", "before", "after", "ci_low", "ci_high", "tolerance",
+                    "critical", "verdict", "rollback_criterion", "rule", "chart"):
+            assert key in g
+        assert ("ratio" in g) != ("diff" in g)
+        chart = g["chart"]
+        if chart:
+            assert chart["type"] in ("line", "bar")
+            assert all(len(s["x"]) == len(s["y"]) <= 300 for s in chart["series"])
+    ttft = gate(doc, "ttft_p99")["chart"]
+    assert ttft["y_log"] is True and [s["name"] for s in ttft["series"]] == ["before", "after (mix-adjusted)"]
+    assert doc["cohorts"][0]["latency"]["ttft"]["before"]["p50"] > 0
+    assert doc["method"]["binning_error"] == ("latencies binned on a log scale, bins 0.5% wide: each quantile "
+                                              "within ±0.25%, each ratio within ±0.5%")
