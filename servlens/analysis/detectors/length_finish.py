@@ -90,13 +90,14 @@ def detect(ctx: DetectorContext) -> dict:
     top = next((r for r in by_cap if r["capped"]), None)
     metrics["top_cap"] = top["cap"] if top else None
     metrics["top_cap_length_share"] = rounded(ratio(top["capped"], top["n"])) if top else None
+    # A fallback attempt is marked by fallback_from (gateways); a served_model that merely differs from the requested
+    # name is how engines answer ("tiny" served as "models/small.gguf") and says nothing about fallbacks.
     fallback = ctx.rows(f"""
         SELECT served_model, max_tokens AS cap, count(*) AS n, count(*) FILTER (WHERE {CAPPED}) AS capped,
-               (SELECT {q('max_tokens', 0.5)} FROM scope_requests WHERE fallback_from IS NULL
-                  AND (served_model IS NULL OR served_model = model)) AS primary_cap
+               (SELECT {q('max_tokens', 0.5)} FROM scope_requests WHERE fallback_from IS NULL) AS primary_cap
         FROM scope_requests
-        WHERE {KNOWN} AND (fallback_from IS NOT NULL OR (served_model IS NOT NULL AND served_model <> model))
-        GROUP BY ALL ORDER BY capped DESC LIMIT 3""") if ctx.has("served_model") or ctx.has("fallback_from") else []
+        WHERE {KNOWN} AND fallback_from IS NOT NULL
+        GROUP BY ALL ORDER BY capped DESC LIMIT 3""") if ctx.has("fallback_from") else []
     smaller_fallback = [f for f in fallback if f["cap"] is not None and f["primary_cap"] is not None
                         and f["cap"] < f["primary_cap"] and f["capped"]]
 

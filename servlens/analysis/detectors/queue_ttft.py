@@ -45,9 +45,24 @@ def _gauge_by_window(ctx: DetectorContext, names: tuple[str, ...]) -> tuple[str 
 
 
 def _metric_max(ctx: DetectorContext, names: tuple[str, ...], first: int, last: int) -> tuple[str | None, float | None]:
-    name, by_window = _gauge_by_window(ctx, names)
-    values = [v for w, v in by_window.items() if first <= w <= last and v is not None]
-    return name, (max(values) if values else None)
+    """The max of the first gauge of `names` that has samples, around windows first..last.
+
+    Gauges are sampled every few seconds and vLLM observes queue time when a request finishes, so the range is
+    padded by two windows (at least 5 s) on each side to catch the scrape that saw the queue.
+    """
+    spec = ctx.window
+    pad = max(2 * spec.width_s, 5.0)
+    lo = first * spec.width_s - pad
+    hi = (last + 1) * spec.width_s + pad
+    for name in names:
+        if name not in ctx.metrics_present:
+            continue
+        row = ctx.one(f"""SELECT max(v) AS v FROM (
+                              SELECT ts, sum(value) AS v FROM scope_metrics
+                              WHERE name = ? AND series = 'value' AND {spec.offset_sql('ts')} BETWEEN {lo} AND {hi}
+                              GROUP BY ts)""", [name])
+        return name, row.get("v")
+    return None, None
 
 
 def detect(ctx: DetectorContext) -> dict:
@@ -169,10 +184,12 @@ def detect(ctx: DetectorContext) -> dict:
         if name in ctx.metrics_present:
             preemptions = ctx.counter_increase(name)
     corroboration = []
-    if waiting_max is not None:
+    if waiting_max:
         corroboration.append(f"{waiting_name} reached {waiting_max:g}")
+    elif waiting_max is not None:
+        corroboration.append(f"the scraped {waiting_name} stayed 0 (scrapes can miss a short queue)")
     if running_max is not None:
-        corroboration.append(f"{running_name} at {running_max:g}")
+        corroboration.append(f"{running_name} up to {running_max:g}")
     if kv_max is not None:
         corroboration.append(f"KV cache usage up to {kv_max:.0%}")
     if preemptions:
