@@ -1,0 +1,1 @@
+"""Developer tools for servlens (not installed with the package)."""
