@@ -133,16 +133,19 @@ def sniff_metrics_text(head: str, complete: bool = True) -> str | None:
     significant = [line for line in lines if line][:20]
     if not significant:
         return None
-    declared = False
+    # A scrape with a few malformed lines is still a scrape (its bad lines go to ingest_errors); anything else is not.
+    declared = valid = invalid = 0
     for line in significant:
         if line.startswith("#"):
             if re.match(r"#\s*(HELP|TYPE|UNIT)\s+[a-zA-Z_:][a-zA-Z0-9_:]*(\s|$)", line) or line == "# EOF":
-                declared = True
+                declared += 1
             continue
         match = _SAMPLE_LINE.match(line)
-        if not match or not _is_float(match.group(2)):
-            return None
-    if not declared and all(line.startswith("#") for line in significant):
+        if match and _is_float(match.group(2)):
+            valid += 1
+        else:
+            invalid += 1
+    if valid == 0 or (valid < invalid if declared else valid < 4 * invalid):
         return None
     if complete:
         from servlens.ingest.prometheus import detect_format
@@ -466,7 +469,7 @@ def _ingest_api(con: duckdb.DuckDBPyConnection, text: str, path: Path, run: str,
     )
     try:
         metas = con.execute(
-            "SELECT sidx, (s->'$.metric')::VARCHAR, s->'$.histograms' IS NOT NULL FROM _sl_api_series ORDER BY sidx"
+            "SELECT sidx, (s->'$.metric')::VARCHAR, (s->'$.histograms') IS NOT NULL FROM _sl_api_series ORDER BY sidx"
         ).fetchall()
         metrics = [json.loads(m) if m else {} for _, m, _ in metas]
         names = {m.get("__name__") for m in metrics if m.get("__name__")}
