@@ -1,0 +1,107 @@
+"""`servlens rules`: list the rules, print one rule's documentation, run rule test cases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from servlens.errors import ConfigError
+
+
+@click.group("rules", context_settings={"max_content_width": 110})
+def rules():
+    """List the detection rules, explain one, or run their test cases.
+
+    \b
+    Example:
+        servlens rules list
+        servlens rules explain SL003
+        servlens rules test
+        servlens rules test my-rules/
+    """
+
+
+_rules_option = click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
+                             help="A folder of your own rule files, added to the built-in ones; repeatable.")
+
+
+@rules.command("list")
+@_rules_option
+def list_rules(rules_dirs):
+    """List every rule: id, name, severity, status and the data it needs (any one evidence path).
+
+    \b
+    Example:
+        servlens rules list
+        servlens rules list --rules my-rules/
+    """
+    from servlens.analysis.rules import load_rules
+
+    found = load_rules(list(rules_dirs))
+    width = max(len(r.name) for r in found)
+    click.echo(f"{'ID':<7} {'NAME':<{width}} {'SEVERITY':<9} {'STATUS':<10} NEEDS (any one of)")
+    for rule in found:
+        needs = " | ".join(req.name for req in rule.requires)
+        click.echo(f"{rule.id:<7} {rule.name:<{width}} {rule.severity:<9} {rule.status:<10} {needs}")
+
+
+@rules.command("explain")
+@click.argument("rule_id")
+@_rules_option
+def explain(rule_id, rules_dirs):
+    """Print a rule's documentation, evidence paths and parameters (the same text the reports use).
+
+    \b
+    Example:
+        servlens rules explain SL003
+    """
+    from servlens.analysis.rules import load_rules
+
+    found = {r.id: r for r in load_rules(list(rules_dirs))}
+    rule = found.get(rule_id.upper())
+    if rule is None:
+        raise ConfigError(f"No rule '{rule_id}'", "Known rules: " + ", ".join(sorted(found)))
+    lines = [f"# {rule.name} ({rule.id})", "", rule.title, "",
+             f"Severity: {rule.severity} · status: {rule.status} · detector: {rule.detector}"
+             + (f" · since {rule.since}" if rule.since else ""), "", rule.documentation, "", "## Data it needs (any one of)"]
+    for req in rule.requires:
+        lines.append(f"- {req.describe()}")
+    lines += ["", "## Parameters (override with --set " + rule.id + ".NAME=VALUE)"]
+    for param in rule.params.values():
+        lines.append(f"- {param.name} = {param.default!r} ({param.allowed()}): {param.reason}")
+    lines += ["", "## Remediation text", rule.remediation, "", "## Rollback text", rule.rollback]
+    click.echo("\n".join(lines))
+
+
+@rules.command("test")
+@click.argument("directory", required=False, type=click.Path(file_okay=False, exists=True))
+@click.option("-v", "--verbose", is_flag=True, help="Print every case, not only failures.")
+@click.pass_context
+def test(ctx, directory, verbose):
+    """Run the test cases beside each rule (RULE.cases.toml): must fire, must not fire, not evaluable.
+
+    DIRECTORY holds your own rules [default: the built-in rules]. Exit code 1 when a case fails, 2 when a rule or
+    case file is malformed.
+
+    \b
+    Example:
+        servlens rules test
+        servlens rules test my-rules/ -v
+    """
+    from servlens.analysis.cases import collect, rules_without_cases, run_case
+
+    rules_dir = Path(directory) if directory else None
+    pairs = collect(rules_dir)
+    failed = 0
+    for rule, case in pairs:
+        result = run_case(rule, case)
+        if not result.passed:
+            failed += 1
+            click.echo(f"FAIL {case.id}: {result.message}")
+        elif verbose:
+            click.echo(f"ok   {case.id}")
+    for rule in rules_without_cases(rules_dir):
+        click.echo(f"note {rule.id} has no cases file ({rule.path.stem}.cases.toml)")
+    click.echo(f"{len(pairs) - failed} passed, {failed} failed, {len(pairs)} cases")
+    ctx.exit(1 if failed else 0)
