@@ -178,9 +178,13 @@ def list_scopes(con: duckdb.DuckDBPyConnection, runs: list[str]) -> list[Scope]:
     with_requests = {s.run for s in scopes}
     metric_only = [r for r in runs if r not in with_requests]
     if metric_only:
+        # One scope per model_name label; series without the label (process, HTTP, llama.cpp) join every scope of
+        # the run through scope_metrics, so they only make a scope of their own when no series names a model.
         scopes += [Scope(*row) for row in con.execute(
-            f"""SELECT DISTINCT run, labels['model_name'], NULL FROM metric_samples
+            f"""SELECT DISTINCT run, labels['model_name'], NULL FROM metric_samples m
                 WHERE run IN ({", ".join(sql_literal(r) for r in metric_only)})
+                  AND (labels['model_name'] IS NOT NULL OR NOT EXISTS (
+                       SELECT 1 FROM metric_samples o WHERE o.run = m.run AND o.labels['model_name'] IS NOT NULL))
                 ORDER BY 1, 2 NULLS LAST"""
         ).fetchall()]
     return scopes

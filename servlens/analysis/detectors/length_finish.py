@@ -168,6 +168,10 @@ def _from_counter(ctx: DetectorContext, thresholds: dict, benchmark: bool) -> di
         return not_evaluable(reason, "Cannot tell which requests were cut at the output limit.")
     rows = ctx.rows("""SELECT labels['finished_reason'] AS reason, sum(increase) AS n FROM scope_counter_increases
                        WHERE name = 'vllm:request_success' GROUP BY 1""")
+    if not rows:
+        return not_evaluable("no per-request finish reasons, and vllm:request_success has no increase to measure "
+                             "(a counter needs at least two scrapes of one process)",
+                             "Cannot tell which requests were cut at the output limit.")
     total = sum(r["n"] or 0 for r in rows)
     length = sum(r["n"] or 0 for r in rows if r["reason"] == "length")
     if total < p["min_requests"]:

@@ -72,6 +72,9 @@ def detect(ctx: DetectorContext) -> dict:
     # 1. Do requests share prefixes?
     sharing = None          # None = unknown
     share = None
+    texts = []
+    has_blocks = ctx.has("attrs") and ctx.one(
+        "SELECT count(*) AS n FROM scope_requests WHERE json_extract(attrs, '$.prefix_blocks') IS NOT NULL")["n"]
     if ctx.has("prefix_key"):
         s = _sharing_by_key(ctx, block_size)
         share = ratio(s["shared"], s["keyed"])
@@ -79,16 +82,18 @@ def detect(ctx: DetectorContext) -> dict:
                     "shared_prefix_groups": s["groups"], "repeat_requests": s["repeats"],
                     "requests_in_groups_shorter_than_a_block": s["too_short"]}
         sharing = share is not None and share >= p["min_shared_share"] and s["repeats"] >= p["min_repeat_requests"]
-        sharing_text = f"{pct(share)} of requests share their leading 2,048 characters with another request"
-    elif ctx.has("attrs") and ctx.one("SELECT count(*) AS n FROM scope_requests WHERE json_extract(attrs, '$.prefix_blocks') IS NOT NULL")["n"]:
+        texts.append(f"{pct(share)} of requests share their leading 2,048 characters with another request")
+    if has_blocks:
         b = _sharing_by_blocks(ctx)
-        share = ratio(b["reused_blocks"], b["blocks"])
-        metrics |= {"prompt_blocks": b["blocks"], "reusable_block_share": rounded(share),
+        block_share = ratio(b["reused_blocks"], b["blocks"])
+        metrics |= {"prompt_blocks": b["blocks"], "reusable_block_share": rounded(block_share),
                     "requests_with_blocks": b["requests"], "requests_reusing_a_block": b["requests_reusing"],
                     "trace_block_tokens": p["trace_block_tokens"]}
-        sharing = share is not None and share >= p["min_shared_share"]
-        sharing_text = (f"{pct(share)} of prompt blocks ({p['trace_block_tokens']} tokens each) were already seen in an "
-                        f"earlier request")
+        if sharing is None:
+            sharing = block_share is not None and block_share >= p["min_shared_share"]
+        texts.append(f"{pct(block_share)} of prompt blocks ({p['trace_block_tokens']} tokens each) were already seen "
+                     "in an earlier request")
+    sharing_text = " and ".join(texts)
 
     # 2. Hit signals.
     per_request = None
