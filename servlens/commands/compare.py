@@ -23,10 +23,13 @@ from servlens.errors import ConfigError, InputError
 @click.option("--by", "by", default=None,
               help="Cohort bands, comma-separated: model, served_model, deployment, provider, prompt_band, "
                    "output_band [default: model,prompt_band; e2e adds output_band].")
+@click.option("--from", "from_format", default=None,
+              help="Format of BEFORE and AFTER files when sniffing cannot tell ('servlens formats' lists them).")
 @output_options
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap (results repeat exactly).")
 @click.pass_context
-def compare(ctx, before, after, db, before_run, after_run, policy_path, by, output_format, out, seed):
+def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from_format, output_format, out,
+            seed):
     """Compare an AFTER run with a BEFORE run on matched cohorts and gate the release.
 
     BEFORE and AFTER are files or folders of request logs (ingested into a temporary store), or run labels in
@@ -47,7 +50,7 @@ def compare(ctx, before, after, db, before_run, after_run, policy_path, by, outp
     if by is not None:
         policy = policy.with_by(parse_by(by))
 
-    con, before_label, after_label = _open_runs(ctx, before, after, db, before_run, after_run)
+    con, before_label, after_label = _open_runs(ctx, before, after, db, before_run, after_run, from_format)
     try:
         doc = compare_runs(con, before_label, after_label, policy, seed=seed)
     finally:
@@ -75,7 +78,7 @@ def render(doc: dict, fmt: str) -> str:
     return render_compare_text(doc)
 
 
-def _open_runs(ctx, before, after, db, before_run, after_run):
+def _open_runs(ctx, before, after, db, before_run, after_run, from_format):
     """A connection and the two run labels: from --db and labels, or a temporary store ingested from paths."""
     from servlens.store.schema import open_store
 
@@ -103,7 +106,7 @@ def _open_runs(ctx, before, after, db, before_run, after_run):
     con = open_store(None)
     try:
         for label, path in (("before", before), ("after", after)):
-            _ingest(con, path, label)
+            _ingest(con, path, label, from_format)
     except BaseException:
         con.close()
         raise
@@ -114,16 +117,12 @@ def _looks_like_path(value: str) -> bool:
     return Path(value).exists() or any(ch in value for ch in "*?[")
 
 
-def _ingest(con, path: str, run: str) -> None:
-    """Ingest a file or folder into the temporary store as run `run` (through the ingest API)."""
-    try:
-        from servlens.ingest import api
-    except ImportError:
-        raise ConfigError("Comparing files directly needs the ingest API, which this build does not have",
-                          "Ingest each run with 'servlens ingest PATH --run NAME', then use --db with "
-                          "--before/--after") from None
-    api.ingest_paths(con, [path], run=run)
+def _ingest(con, path: str, run: str, from_format: str | None) -> None:
+    """Ingest a file or folder into the temporary store as run `run` (servlens.ingest.api)."""
+    from servlens.ingest.api import ingest_inputs
+
+    ingest_inputs(con, [path], run=run, from_format=from_format)
     rows = con.execute("SELECT count(*) FROM requests WHERE run = ?", [run]).fetchone()[0]
     if rows == 0:
         raise InputError(f"{path} holds no request log that servlens recognises",
-                         "Check the path, or name the format with a profile ('servlens formats' lists them)")
+                         "Check the path, or name the format with --from ('servlens formats' lists them)")

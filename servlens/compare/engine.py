@@ -426,9 +426,9 @@ def _interval_and_verdict(r: dict, level: float) -> None:
         if r.get("low_coverage"):
             r["reason"] = r["low_coverage"]
         elif beyond:
-            r["reason"] = "the estimate is beyond the tolerance but the change is not significant"
+            r["reason"] = f"the estimate is beyond the {r['tolerance_text']} tolerance but the change is not significant"
         else:
-            r["reason"] = "the interval reaches beyond the tolerance"
+            r["reason"] = f"the interval reaches beyond the {r['tolerance_text']} tolerance"
             # requests per side that would narrow the interval to the tolerance if the estimate held (width ∝ 1/√n)
             edge, room = ((hi_c, tol - change) if direction != "decrease" else (lo_c, change + tol))
             if room > 0:
@@ -477,7 +477,7 @@ def _criterion_text(r: dict, policy: Policy) -> str:
     extra = ""
     if r.get("requests_needed"):
         extra = f"; about {r['requests_needed']:,} requests a side would settle it"
-    return f"hold: {head}: {r['reason']} ({tol}){extra}"
+    return f"hold: {head}: {r['reason']}{extra}"
 
 
 def _secs(value: float) -> str:
@@ -579,9 +579,11 @@ def _mix_shift(mix: co.RateCounts, policy: Policy, results: list[dict]) -> dict:
     summary = None
     if significant:
         top = order[0]
-        summary = (f"The cohort mix shifted (total variation {tvd:.0%}, p={p_value:.2g}): "
-                   f"{labels[top]} went from {share[0, top]:.1%} to {share[1, top]:.1%} of requests; the headline "
-                   f"effects are re-weighted to the before run's mix (naive numbers beside them)")
+        p_text = f"p={p_value:.2g}" if p_value >= 1e-10 else "p<1e-10"
+        summary = (f"The cohort mix shifted (total variation {tvd:.0%}, {p_text}): "
+                   f"{labels[top]} went from {share[0, top]:.1%} to {share[1, top]:.1%} of requests")
+        if adjusted:
+            summary += "; the headline effects are re-weighted to the before run's mix (naive numbers beside them)"
     return {"by": list(mix.keys), "significant": bool(significant), "total_variation": _r(tvd),
             "p_value": _r(p_value), "test": "chi-square test of homogeneity of the cohort counts",
             "min_total_variation": policy.mix_shift_min_tvd, "summary": summary,
