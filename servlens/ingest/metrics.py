@@ -5,11 +5,12 @@ API used by servlens.ingest.api (the `servlens ingest` command and its folder ro
     fmt = sniff_metrics(path)              # 'prometheus-text' | 'openmetrics' | 'prometheus-api' | 'scrape-index' | None
     index = load_scrape_index(idx_path)    # for a 'scrape-index' file: {scrape file path: IndexEntry(scrape_ts, run)}
     run = cli_run or metrics_run_for(path, index) or <file stem>   # an index's `run` names each file's run
-    decision = decide_source(con, run, "metrics", path)
+    decision = decide_metrics_source(con, run, path, fmt=fmt, at=at, index=index)   # (decide_source works too)
     summary = ingest_metrics_file(con, path, run=run, decision=decision, fmt=fmt, at=at, index=index)
 
 `ingest_metrics_file` runs inside the caller's transaction: it handles `decision` ('skip' inserts nothing and returns
-a summary with action 'skip'; 'replace' deletes the old source's rows first), creates the run, inserts the `sources`
+a summary with action 'skip' -- after checking that identical bytes really are identical samples, see
+`decide_metrics_source`; 'replace' deletes the old source's rows first), creates the run, inserts the `sources`
 row (kind 'metrics', format, time_source) and all samples in one bulk insert, puts malformed lines in
 `ingest_errors` with their line numbers, and returns the per-source summary:
 
@@ -57,6 +58,7 @@ from servlens.ingest.prometheus import (
 from servlens.ingest.sources import (
     SourceDecision,
     compression_of,
+    decide_source,
     delete_source,
     ensure_run,
     insert_source,
@@ -343,6 +345,9 @@ def ingest_metrics_file(
         "deprecated_dropped": 0, "series_skipped": 0,
     }
     if decision.action == "skip":
+        decision = _recheck_skip(con, run, path, decision, fmt, at, index)
+        summary["action"] = decision.action
+    if decision.action == "skip":
         summary["source_id"] = decision.old_source_id
         return summary
     if decision.action == "replace" and decision.old_source_id is not None:
@@ -394,6 +399,60 @@ def ingest_metrics_file(
         metrics=[n[0] for n in names],
     )
     return summary
+
+
+def decide_metrics_source(
+    con: duckdb.DuckDBPyConnection,
+    run: str,
+    path: Path,
+    *,
+    fmt: str | None = None,
+    at: float | str | datetime | None = None,
+    index: ScrapeIndex | None = None,
+) -> SourceDecision:
+    """decide_source for a metrics file: identical bytes are a duplicate only if they would give identical samples.
+
+    Two scrapes of an idle server are byte-identical (every counter unchanged) yet are different samples when their
+    time comes from outside the content (an index, the file name, --at, the mtime): the real llama.cpp recordings have
+    such pairs (metrics_burst50_000.prom and metrics_fresh_cache_000.prom). So same content at another path is skipped
+    only when the time is in the content (sample timestamps, API JSON) or resolves to the same scrape time.
+    """
+    path = Path(path).resolve()
+    decision = decide_source(con, run, "metrics", path)
+    if decision.action == "skip":
+        decision = _recheck_skip(con, run, path, decision, fmt, at, index)
+    return decision
+
+
+def _recheck_skip(con, run, path, decision, fmt, at, index) -> SourceDecision:
+    rows = con.execute(
+        "SELECT source_id, path, time_source, t_min, t_max FROM sources WHERE run = ? AND kind = 'metrics' AND sha256 = ?",
+        [run, decision.sha256],
+    ).fetchall()
+    if not rows or any(row[1] == str(path) for row in rows):
+        return decision
+    if fmt is None:
+        fmt = sniff_metrics(path)
+    if fmt == API_FORMAT:
+        return decision
+    if any(row[2] == "exposition" for row in rows):
+        return decision  # every sample carries its time: the same bytes are the same samples
+    at_seconds = parse_at(at) if at is not None else None
+    if index is None:
+        index = find_scrape_index(path)
+    when, _ = resolve_scrape_time(path, at=at_seconds, index=index)
+    for _, _, _, t_min, t_max in rows:
+        if t_min is not None and t_min == t_max and abs((t_min - _EPOCH).total_seconds() - when) < 1e-6:
+            return decision
+    same_path = con.execute(
+        "SELECT source_id FROM sources WHERE run = ? AND kind = 'metrics' AND path = ?", [run, str(path)]
+    ).fetchone()
+    if same_path:
+        return SourceDecision("replace", decision.sha256, decision.size_bytes, same_path[0])
+    return SourceDecision("new", decision.sha256, decision.size_bytes)
+
+
+_EPOCH = datetime(1970, 1, 1)
 
 
 def _insert_rows(con: duckdb.DuckDBPyConnection, run: str, source_id: int, rows: MetricRows) -> None:

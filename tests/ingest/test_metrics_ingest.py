@@ -22,6 +22,7 @@ from servlens.ingest.metrics import (
     METRIC_FORMATS,
     OPENMETRICS_FORMAT,
     TEXT_FORMAT,
+    decide_metrics_source,
     ingest_metrics_file,
     load_scrape_index,
     metrics_run_for,
@@ -415,3 +416,19 @@ def test_same_file_is_skipped_and_a_changed_file_replaces_its_rows(store, tmp_pa
 def test_a_scrape_index_is_not_a_source(store, shared_data):
     with pytest.raises(InputError, match="is a scrape index"):
         ingest(store, shared_data / "real-engine" / "vllm-cpu" / "metrics_index.jsonl", run="r")
+
+
+def test_identical_bytes_are_a_duplicate_only_when_they_give_identical_samples(store, tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    idle = "llamacpp:prompt_tokens_total 0\n"
+    first = ingest(store, _scrape(tmp_path / "a", "s-1795936979.prom", idle), run="r")
+    later = ingest(store, _scrape(tmp_path / "a", "s-1795937079.prom", idle), run="r")  # same bytes, 100 s later
+    assert (first["action"], later["action"]) == ("new", "new")
+    copy = ingest(store, _scrape(tmp_path / "b", "s-1795936979.prom", idle), run="r")  # a copy: same bytes, same time
+    assert copy["action"] == "skip" and copy["source_id"] == first["source_id"]
+    stamped = "a 1 1795937000000\n"
+    ingest(store, _scrape(tmp_path / "a", "t-1.prom", stamped), run="r")
+    assert ingest(store, _scrape(tmp_path / "b", "t-2.prom", stamped), run="r")["action"] == "skip"
+    assert store.execute("SELECT count(*), count(DISTINCT ts) FROM metric_samples").fetchone() == (3, 3)
+    assert decide_metrics_source(store, "r", tmp_path / "b" / "s-1795936979.prom").action == "skip"
