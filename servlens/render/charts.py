@@ -1,0 +1,323 @@
+"""CHART dicts (docs/CONTRIBUTING.md) → inline SVG, drawn with matplotlib's SVG backend.
+
+A CHART is data, never pixels: {"type": line|step|bar|scatter|cdf, "title", "x_label", "y_label", "x_time",
+"x_log", "y_log", "series": [{"name", "x", "y"}], "hlines": [{"y", "label"}], "vspans": [{"x0", "x1", "label"}]}.
+
+The SVG goes straight into a self-contained HTML page, so it must not reference anything outside itself: no XML
+prolog or DOCTYPE (the DTD is a URL), no RDF metadata, text kept as text (svg.fonttype 'none', so no font files),
+and element ids prefixed per chart so several charts in one page never collide. Points are capped per series, so a
+chart's size does not grow with the input even when a producer forgot to aggregate.
+
+matplotlib is imported inside the functions: importing it costs about half a second, and the CLI must start fast.
+pyplot is never used (no global state, no GUI backend): a bare Figure with the SVG canvas.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+# At most this many points per series reach the SVG; beyond it the series is thinned evenly (first and last kept).
+MAX_POINTS_PER_SERIES = 400
+# At most this many series per chart; the rest are named in a note under the chart.
+MAX_SERIES = 12
+# Page width the charts are drawn for, in inches at 72 pt/inch (the SVG scales to its container anyway).
+CHART_WIDTH_IN = 9.0
+CHART_HEIGHT_IN = 3.4
+
+# A colour-blind-safe palette (Okabe–Ito), in a fixed order so the same series keeps its colour across a report.
+PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
+HLINE_COLOURS = ["#B00020", "#6A1B9A", "#37474F"]
+
+_RC = {
+    "svg.fonttype": "none",
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],
+    "font.size": 9.5,
+    "axes.titlesize": 10.5,
+    "axes.titleweight": "bold",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e3e6ea",
+    "grid.linewidth": 0.6,
+    "axes.edgecolor": "#6b7280",
+    "axes.labelcolor": "#1f2933",
+    "xtick.color": "#374151",
+    "ytick.color": "#374151",
+    "legend.frameon": False,
+    "legend.fontsize": 8.5,
+    "lines.linewidth": 1.6,
+}
+
+_PROLOG = re.compile(r"^\s*<\?xml[^>]*\?>\s*(<!DOCTYPE[^>]*>\s*)?", re.S)
+_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
+_SIZE_ATTRS = re.compile(r'<svg([^>]*?)\swidth="[^"]*"\s+height="[^"]*"')
+
+
+def is_chart(value: Any) -> bool:
+    """True when `value` has the CHART shape (a type and a list of series)."""
+    return isinstance(value, dict) and isinstance(value.get("type"), str) and isinstance(value.get("series"), list)
+
+
+def chart_svg(chart: dict, chart_id: str = "c0", relative_clock: bool = False) -> tuple[str, list[str]]:
+    """Draw one CHART as an SVG fragment ready to inline in HTML (ids prefixed with `chart_id`), and notes for
+    the reader (series not drawn, no data).
+
+    `relative_clock` marks runs whose timestamps are offsets from 1970-01-01 (DESIGN.md "Times"): their time axis
+    reads +hh:mm:ss instead of a date.
+    """
+    import matplotlib
+
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+    from matplotlib.figure import Figure
+
+    rc = dict(_RC, **{"svg.hashsalt": f"servlens-{chart_id}"})
+    with matplotlib.rc_context(rc):
+        # Fixed margins instead of constrained layout: measuring every label's extent doubles the drawing time.
+        figure = Figure(figsize=(CHART_WIDTH_IN, CHART_HEIGHT_IN))
+        figure.subplots_adjust(left=0.085, right=0.985, bottom=0.15, top=0.9)
+        axes = figure.add_subplot()
+        notes = _draw(axes, chart, relative_clock)
+        buffer = io.StringIO()
+        FigureCanvasSVG(figure).print_svg(buffer, metadata={"Date": None, "Creator": None})
+    return _clean(buffer.getvalue(), chart_id, str(chart.get("title") or "chart")), notes
+
+
+def _text(value: Any) -> str:
+    """A label as matplotlib must get it: str, and `$` escaped so log text never switches on mathtext."""
+    if value is None:
+        return ""
+    return str(value).replace("\\", "\\\\").replace("$", r"\$")[:160]
+
+
+def _is_time_x(chart: dict) -> bool:
+    return bool(chart.get("x_time"))
+
+
+def _parse_time(value: Any) -> float | None:
+    """ISO-8601 (or epoch seconds) → matplotlib date number; None for anything unreadable."""
+    from matplotlib.dates import date2num
+
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and math.isnan(value):
+            return None
+        moment = datetime.fromtimestamp(float(value), tz=timezone.utc)
+    else:
+        text = str(value).strip()
+        if text.endswith("Z"):
+            text = text[:-1] + "+00:00"
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+    return float(date2num(moment))
+
+
+def _number(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) or math.isinf(number) else number
+
+
+def _thin(x: list, y: list, limit: int = MAX_POINTS_PER_SERIES) -> tuple[list, list]:
+    """Keep at most `limit` points, evenly spaced by position, always keeping the first and the last."""
+    n = len(x)
+    if n <= limit:
+        return x, y
+    step = (n - 1) / (limit - 1)
+    keep = sorted({round(i * step) for i in range(limit)})
+    return [x[i] for i in keep], [y[i] for i in keep]
+
+
+def _series_points(chart: dict, series: dict, x_time: bool) -> tuple[list, list]:
+    """Paired, cleaned (x, y) of one series; for a cdf without y, the empirical CDF of x on a quantile grid."""
+    raw_x = list(series.get("x") or [])
+    raw_y = series.get("y")
+    convert_x = _parse_time if x_time else _number
+    if chart.get("type") == "cdf" and not raw_y:
+        values = sorted(v for v in (convert_x(item) for item in raw_x) if v is not None)
+        n = len(values)
+        if n == 0:
+            return [], []
+        if n > MAX_POINTS_PER_SERIES:
+            picks = [round(i * (n - 1) / (MAX_POINTS_PER_SERIES - 1)) for i in range(MAX_POINTS_PER_SERIES)]
+            return [values[i] for i in picks], [(i + 1) / n for i in picks]
+        return values, [(i + 1) / n for i in range(n)]
+    raw_y = list(raw_y or [])
+    if chart.get("type") != "bar":
+        # Thin before parsing: a producer that forgot to aggregate must not cost a timestamp parse per point.
+        raw_x, raw_y = _thin(raw_x[: len(raw_y)], raw_y[: len(raw_x)], 4 * MAX_POINTS_PER_SERIES)
+    xs, ys = [], []
+    # Bar x values given as strings are category labels ("256", "qwen3-8b"); numbers are positions (bin starts).
+    categorical = chart.get("type") == "bar" and not x_time and any(isinstance(v, str) for v in raw_x)
+    for index, (x_value, y_value) in enumerate(zip(raw_x, raw_y)):
+        x_number = str(x_value) if categorical else convert_x(x_value)
+        y_number = _number(y_value)
+        if x_number is None or y_number is None:
+            continue
+        xs.append(x_number)
+        ys.append(y_number)
+    if categorical:
+        return xs[:60], ys[:60]
+    return _thin(xs, ys)
+
+
+def _draw(axes, chart: dict, relative_clock: bool) -> list[str]:
+    """Draw the chart on `axes`; returns notes for the reader (dropped series, empty chart)."""
+    notes: list[str] = []
+    kind = chart.get("type", "line")
+    x_time = _is_time_x(chart)
+    series_list = [s for s in chart.get("series") or [] if isinstance(s, dict)]
+    if len(series_list) > MAX_SERIES:
+        notes.append(f"{len(series_list) - MAX_SERIES} more series not drawn")
+        series_list = series_list[:MAX_SERIES]
+
+    drawn = 0
+    bar_count = sum(1 for s in series_list) if kind == "bar" else 0
+    all_x: list[float] = []
+    for index, series in enumerate(series_list):
+        xs, ys = _series_points(chart, series, x_time)
+        if not xs:
+            continue
+        colour = PALETTE[index % len(PALETTE)]
+        label = _text(series.get("name")) or f"series {index + 1}"
+        if kind == "bar":
+            if isinstance(xs[0], str):
+                positions = list(range(len(xs)))
+                width = 0.8 / max(bar_count, 1)
+                offsets = [p - 0.4 + width * (index + 0.5) for p in positions]
+                axes.bar(offsets, ys, width=width, color=colour, label=label)
+                axes.set_xticks(positions, [_text(v)[:24] for v in xs], rotation=30 if len(xs) > 6 else 0,
+                                ha="right" if len(xs) > 6 else "center")
+            else:
+                width = _bar_width(xs) / max(bar_count, 1)
+                axes.bar([x + width * index for x in xs], ys, width=width, color=colour, label=label,
+                         align="edge" if bar_count > 1 else "center")
+        elif kind == "scatter":
+            axes.scatter(xs, ys, s=9, color=colour, label=label, alpha=0.75, linewidths=0)
+        elif kind in ("step", "cdf"):
+            axes.step(xs, ys, where="post", color=colour, label=label)
+        else:
+            axes.plot(xs, ys, color=colour, label=label, marker="o" if len(xs) <= 24 else None, markersize=3)
+        if not isinstance(xs[0], str):
+            all_x.extend((xs[0], xs[-1]))
+        drawn += 1
+
+    for index, span in enumerate(chart.get("vspans") or []):
+        if not isinstance(span, dict):
+            continue
+        convert = _parse_time if x_time else _number
+        x0, x1 = convert(span.get("x0")), convert(span.get("x1"))
+        if x0 is None or x1 is None:
+            continue
+        if x1 == x0:
+            axes.axvline(x0, color="#E69F00", linewidth=1.2, linestyle=":", label=_text(span.get("label")) or None)
+        else:
+            axes.axvspan(x0, x1, color="#E69F00", alpha=0.18, linewidth=0,
+                         label=_text(span.get("label")) or None)
+        all_x.extend((x0, x1))
+
+    for index, line in enumerate(chart.get("hlines") or []):
+        if not isinstance(line, dict) or _number(line.get("y")) is None:
+            continue
+        axes.axhline(_number(line.get("y")), color=HLINE_COLOURS[index % len(HLINE_COLOURS)], linestyle="--",
+                     linewidth=1.1, label=_text(line.get("label")) or None)
+
+    if drawn == 0:
+        notes.append("no data points to draw")
+        axes.text(0.5, 0.5, "no data", transform=axes.transAxes, ha="center", va="center", color="#6b7280")
+
+    if kind == "cdf":
+        axes.set_ylim(0, 1.02)
+    if chart.get("x_log") and kind != "bar" and _positive(axes, "x"):
+        axes.set_xscale("log")
+        _plain_log_ticks(axes.xaxis)
+    if chart.get("y_log") and _positive(axes, "y"):
+        axes.set_yscale("log")
+        _plain_log_ticks(axes.yaxis)
+    if x_time:
+        _time_axis(axes, all_x, relative_clock)
+
+    axes.set_title(_text(chart.get("title")), loc="left")
+    axes.set_xlabel(_text(chart.get("x_label")))
+    axes.set_ylabel(_text(chart.get("y_label")))
+    handles, labels = axes.get_legend_handles_labels()
+    if handles:
+        axes.legend(loc="best", ncols=2 if len(handles) > 4 else 1)
+    return notes
+
+
+def _positive(axes, which: str) -> bool:
+    """A log axis needs positive data; with none, stay linear rather than draw an empty chart."""
+    low, high = axes.get_xlim() if which == "x" else axes.get_ylim()
+    return high > 0
+
+
+def _plain_log_ticks(axis) -> None:
+    """Log ticks as plain numbers (0.01, 0.1, 1, 10): matplotlib's default 10^x labels go through mathtext,
+    which is slow and reads worse for seconds."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+    # Minor ticks at 2× and 5× only: enough to read a log axis, a third of the tick objects to draw.
+    axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _bar_width(xs: list[float]) -> float:
+    gaps = [b - a for a, b in zip(xs, xs[1:]) if b > a]
+    return 0.8 * min(gaps) if gaps else 0.8
+
+
+def _time_axis(axes, xs: list[float], relative_clock: bool) -> None:
+    """Readable time ticks: +hh:mm:ss on a relative clock, else UTC clock time (with the date when it changes)."""
+    from matplotlib.dates import AutoDateLocator, num2date
+    from matplotlib.ticker import FuncFormatter
+
+    locator = AutoDateLocator(minticks=4, maxticks=9)
+    axes.xaxis.set_major_locator(locator)
+    span_days = (max(xs) - min(xs)) if xs else 0.0
+    if relative_clock:
+        def relative(value, _pos):
+            seconds = int(round(value * 86400))
+            sign = "-" if seconds < 0 else "+"
+            seconds = abs(seconds)
+            return f"{sign}{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+        axes.xaxis.set_major_formatter(FuncFormatter(relative))
+    else:
+        pattern = "%m-%d %H:%M" if span_days > 1 else ("%H:%M:%S" if span_days < 0.01 else "%H:%M")
+
+        def absolute(value, _pos):
+            return num2date(value).strftime(pattern)
+
+        axes.xaxis.set_major_formatter(FuncFormatter(absolute))
+    for label in axes.get_xticklabels():
+        label.set_rotation(0)
+
+
+def _clean(svg: str, chart_id: str, title: str) -> str:
+    """Make matplotlib's SVG safe to inline: no prolog/DTD/metadata, scalable, ids unique within the page."""
+    svg = _PROLOG.sub("", svg)
+    svg = _METADATA.sub("", svg)
+    svg = _SIZE_ATTRS.sub(r'<svg\1 class="chart" role="img"', svg, count=1)
+    svg = re.sub(r"(<svg[^>]*>)", lambda m: m.group(1) + f"<title>{html.escape(title[:200])}</title>", svg, count=1)
+    prefix = f"{chart_id}-"
+    svg = re.sub(r'\sid="', f' id="{prefix}', svg)
+    svg = svg.replace("url(#", f"url(#{prefix}").replace('xlink:href="#', f'xlink:href="#{prefix}')
+    # Whitespace-only lines between tags cost bytes and nothing else.
+    svg = re.sub(r">\s*\n\s*<", "><", svg).strip()
+    return svg

@@ -1,0 +1,705 @@
+"""Self-contained HTML reports for analyze and compare result documents.
+
+`render_html(doc)` turns a result document (docs/CONTRIBUTING.md "Result documents") into one HTML file that opens
+anywhere with no network: CSS inline, charts as inline SVG (servlens/render/charts.py), no scripts at all, and a
+Content-Security-Policy that forbids loading anything (default-src 'none'). Every value from the logs goes through
+jinja2's autoescape; links are only ever <a href> to http(s) documentation.
+
+Templates are jinja2 files in servlens/render/templates/ with one partial per section (`_finding.html`,
+`_gates.html`, ...). A team restyles with `--templates DIR`: a file there replaces the built-in one of the same name,
+and a user template can extend a built-in one as `{% extends "default:analyze.html" %}`.
+
+The report's size is bounded (MAX_REPORT_BYTES) whatever went in: long tables, many findings and many cohorts are
+cut to a fixed number of rows, and if the page is still too big it is rendered again with tighter limits. What was
+left out is said on the page ("showing 50 of 12,408 rows; the JSON has them all").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from servlens.errors import ConfigError, InputError
+
+MAX_REPORT_BYTES = 2_000_000
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src 'none'; script-src 'none'; "
+    "connect-src 'none'; base-uri 'none'; form-action 'none'"
+)
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+VERDICT_ORDER = {"fail": 0, "inconclusive": 1, "pass": 2}
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much of a long input goes on the page; tightened step by step until the page fits the size bound."""
+
+    table_rows: int = 50
+    table_columns: int = 16
+    examples: int = 20
+    charts: int = 16
+    detailed_findings: int = 60
+    gate_rows: int = 200
+    list_items: int = 60
+    cell_chars: int = 300
+
+
+LIMIT_LEVELS = [
+    Limits(),
+    Limits(table_rows=20, examples=10, charts=12, detailed_findings=40, gate_rows=120, list_items=40, cell_chars=200),
+    Limits(table_rows=8, table_columns=10, examples=5, charts=8, detailed_findings=20, gate_rows=60, list_items=20,
+           cell_chars=120),
+    Limits(table_rows=3, table_columns=8, examples=3, charts=4, detailed_findings=10, gate_rows=30, list_items=10,
+           cell_chars=80),
+    Limits(table_rows=0, table_columns=6, examples=0, charts=0, detailed_findings=5, gate_rows=15, list_items=5,
+           cell_chars=60),
+]
+
+
+def render_html(doc: dict, templates_dir: str | Path | None = None) -> str:
+    """The HTML report for an analyze or compare result document (dispatch on doc["kind"])."""
+    if not isinstance(doc, dict):
+        raise InputError("A result document must be a JSON object", "Pass the output of `servlens analyze/compare --format json`")
+    kind = doc.get("kind")
+    if kind not in ("analyze", "compare"):
+        raise InputError(
+            f"Cannot render a document of kind {kind!r} as an HTML report",
+            "HTML reports exist for 'analyze' and 'compare' results",
+        )
+    environment = _environment(templates_dir)
+    template = environment.get_template(f"{kind}.html")
+    builder = _ReportBuilder(doc)
+    page = ""
+    for limits in LIMIT_LEVELS:
+        context = builder.context(limits)
+        page = template.render(**context)
+        if len(page.encode("utf-8")) <= MAX_REPORT_BYTES:
+            return page
+    return page
+
+
+def _environment(templates_dir: str | Path | None):
+    """jinja2 environment: the user's folder first, then the built-ins (also reachable as "default:NAME")."""
+    import jinja2
+
+    builtin = jinja2.FileSystemLoader(str(TEMPLATES_DIR))
+    loaders: list[jinja2.BaseLoader] = []
+    if templates_dir is not None:
+        folder = Path(templates_dir)
+        if not folder.is_dir():
+            raise ConfigError(f"Template folder '{folder}' does not exist", "Pass --templates a folder of .html files")
+        loaders.append(jinja2.FileSystemLoader(str(folder)))
+    loaders.append(jinja2.PrefixLoader({"default": builtin}, delimiter=":"))
+    loaders.append(builtin)
+    environment = jinja2.Environment(
+        loader=jinja2.ChoiceLoader(loaders),
+        autoescape=True,
+        undefined=jinja2.ChainableUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters.update(
+        num=format_number,
+        seconds=format_seconds,
+        pct=format_percent,
+        when=format_time,
+        duration=format_duration,
+        cell=format_cell,
+        humanize=humanize,
+        plural=plural,
+        thousands=lambda value: f"{value:,}" if isinstance(value, int) else format_cell(value),
+    )
+    environment.globals["csp"] = CONTENT_SECURITY_POLICY
+    environment.globals["safe_link"] = safe_link
+    environment.globals["plural"] = plural
+    return environment
+
+
+# ---------------------------------------------------------------- formatting (also used as jinja filters)
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return None if (isinstance(value, float) and (math.isnan(value) or math.isinf(value))) else float(value)
+    return None
+
+
+def format_number(value: Any, digits: int = 4) -> str:
+    """A number with `digits` significant digits and thousands separators; unknown stays visibly unknown."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    number = _finite(value)
+    if number is None:
+        return str(value)
+    if number == 0:
+        return "0"
+    if abs(number) >= 10 ** digits:
+        return f"{number:,.0f}"
+    text = f"{number:.{digits}g}"
+    if "e" in text:
+        return f"{number:.{digits - 1}e}"
+    return text
+
+
+def format_seconds(value: Any) -> str:
+    """Seconds as an engineer reads them: 85 ms, 1.24 s, 3 min 5 s."""
+    number = _finite(value)
+    if number is None:
+        return "—" if value is None else str(value)
+    magnitude = abs(number)
+    if magnitude < 1:
+        return f"{number * 1000:.3g} ms"
+    if magnitude < 120:
+        return f"{number:.3g} s"
+    return format_duration(number)
+
+
+def format_percent(value: Any, digits: int = 2) -> str:
+    """A fraction (0.0123) as a percentage (1.23%)."""
+    number = _finite(value)
+    if number is None:
+        return "—" if value is None else str(value)
+    return f"{number * 100:.{digits}f}%"
+
+
+def format_duration(seconds: Any) -> str:
+    number = _finite(seconds)
+    if number is None:
+        return "—"
+    total = int(round(abs(number)))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{number:.3g} s"
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    text = value.strip().replace(" ", "T", 1)
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def format_time(value: Any, relative_clock: bool = False) -> str:
+    """A timestamp as UTC wall clock, or +hh:mm:ss on a run with no absolute clock (DESIGN.md "Times")."""
+    moment = parse_time(value)
+    if moment is None:
+        return "—" if value is None else str(value)
+    if relative_clock:
+        offset = int((moment - datetime(1970, 1, 1, tzinfo=timezone.utc)).total_seconds())
+        return f"+{offset // 3600:02d}:{offset % 3600 // 60:02d}:{offset % 60:02d}"
+    moment = moment.astimezone(timezone.utc)
+    text = moment.strftime("%Y-%m-%d %H:%M:%S")
+    if moment.microsecond:
+        text += f".{moment.microsecond // 1000:03d}"
+    return text + " UTC"
+
+
+def format_cell(value: Any, limit: int = 300) -> str:
+    """Any JSON value as short text for a table cell."""
+    if value is None:
+        return "—"
+    if isinstance(value, (bool, int, float)):
+        return format_number(value)
+    if isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$")
+
+
+def format_keyed(key: Any, value: Any, limit: int = 300) -> str:
+    """A value formatted by what its name says it is: `*_s` seconds, shares and rates as percentages,
+    ISO timestamps as UTC clock time; anything else as format_cell."""
+    name = str(key).lower()
+    if _finite(value) is not None:
+        if name.endswith("_s") or "_s_" in name or name in ("seconds", "s"):
+            return format_seconds(value)
+        if any(word in name for word in ("share", "rate", "fraction", "ratio_of")) and 0 <= abs(value) <= 1:
+            return format_percent(value)
+    if isinstance(value, str) and _ISO_TIME.match(value.strip()):
+        return format_time(value)
+    return format_cell(value, limit)
+
+
+METRIC_NAMES = {
+    "ttft_s": "TTFT", "ttft": "TTFT", "tpot_s": "TPOT", "tpot": "TPOT", "itl_s": "ITL", "e2e_s": "e2e latency",
+    "e2e": "e2e latency", "queue_s": "queue time", "prefill_s": "prefill time", "decode_s": "decode time",
+    "first_content_s": "time to first content", "error_rate": "error rate", "length_rate": "length-finish rate",
+    "length_finish_rate": "length-finish rate", "timeout_rate": "timeout rate", "leak_rate": "leakage rate",
+    "leakage_rate": "leakage rate",
+}
+
+
+def metric_name(metric: Any) -> str:
+    return METRIC_NAMES.get(str(metric), str(metric).replace("_", " "))
+
+
+def humanize(name: Any) -> str:
+    """`prompt_tokens_p99` → `Prompt tokens p99`."""
+    text = str(name).replace("_", " ").strip()
+    return text[:1].upper() + text[1:]
+
+
+def plural(count: Any, word: str, words: str | None = None) -> str:
+    number = count if isinstance(count, int) else 0
+    return f"{format_number(count)} {word if number == 1 else (words or word + 's')}"
+
+
+def safe_link(url: Any) -> str | None:
+    """Only http(s) documentation links become <a href>; anything else (javascript:, data:) stays plain text."""
+    if isinstance(url, str) and url.strip().lower().startswith(("https://", "http://")):
+        return url.strip()
+    return None
+
+
+def is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+# ---------------------------------------------------------------- building the page's context
+
+
+class _ReportBuilder:
+    """Turns a result document into what the templates show, under given limits. Charts are drawn once and reused
+    across the size-bound retries."""
+
+    def __init__(self, doc: dict):
+        self.doc = doc
+        self._svg_cache: dict[int, dict] = {}
+        self.relative_clock = bool(((doc.get("coverage") or {}).get("time_span") or {}).get("relative_clock"))
+
+    # -- charts
+
+    def chart(self, chart: Any, budget: list[int], placeholder: bool = True) -> dict | None:
+        """The rendered chart ({svg, title, notes}) if `chart` is a CHART and the page's chart budget allows; past
+        the budget a placeholder saying so (or None when `placeholder` is false)."""
+        from servlens.render.charts import is_chart
+
+        if not is_chart(chart):
+            return None
+        if budget[0] <= 0:
+            if not placeholder:
+                return None
+            return {"svg": None, "title": chart.get("title"), "notes": ["chart left out to keep the report small"]}
+        budget[0] -= 1
+        key = id(chart)
+        if key not in self._svg_cache:
+            from markupsafe import Markup
+
+            from servlens.render.charts import chart_svg
+
+            svg, notes = chart_svg(chart, f"c{len(self._svg_cache) + 1}", relative_clock=self.relative_clock)
+            self._svg_cache[key] = {"svg": Markup(svg), "title": chart.get("title"), "notes": notes}
+        return self._svg_cache[key]
+
+    # -- tables
+
+    def table(self, columns: Any, rows: Any, limits: Limits, note_total: int | None = None) -> dict:
+        columns = [str(c) for c in (columns or [])]
+        rows = [r for r in (rows or []) if isinstance(r, (list, tuple))]
+        shown_columns = columns[: limits.table_columns]
+        shown = [[format_keyed(shown_columns[i] if i < len(shown_columns) else "", cell, limits.cell_chars)
+                  for i, cell in enumerate(row[: len(shown_columns) or None])]
+                 for row in rows[: limits.table_rows]]
+        numeric = [
+            bool(rows) and all(_finite(row[i]) is not None or row[i] is None for row in rows[:50] if i < len(row))
+            for i in range(len(shown_columns))
+        ]
+        total = note_total if note_total is not None else len(rows)
+        return {
+            "columns": shown_columns,
+            "numeric": numeric,
+            "rows": shown,
+            "total_rows": total,
+            "hidden_rows": max(0, total - len(shown)),
+            "hidden_columns": max(0, len(columns) - len(shown_columns)),
+        }
+
+    def records_table(self, records: list, limits: Limits) -> dict:
+        """A table from a list of dicts: columns in order of first appearance."""
+        columns: list[str] = []
+        for record in records[:200]:
+            for key in record:
+                if key not in columns and not _is_chart_value(record[key]):
+                    columns.append(key)
+        rows = [[record.get(column) for column in columns] for record in records]
+        return self.table(columns, rows, limits)
+
+    # -- generic blocks (workload, coverage and mix-shift sections whose shape belongs to other modules)
+
+    def blocks(self, value: Any, limits: Limits, budget: list[int], title: str | None = None, depth: int = 0) -> list:
+        """Render any JSON value as a list of blocks: kv (scalars), table, chart, list, section (nested)."""
+        out: list[dict] = []
+        rendered = self.chart(value, budget)
+        if rendered is not None:
+            return [{"kind": "chart", "title": title, "chart": rendered}]
+        if isinstance(value, dict):
+            if isinstance(value.get("columns"), list) and isinstance(value.get("rows"), list):
+                return [{"kind": "table", "title": title, "table": self.table(value["columns"], value["rows"], limits)}]
+            scalars = [(humanize(k), format_keyed(k, v, limits.cell_chars)) for k, v in value.items() if is_scalar(v)]
+            scalar_lists = [
+                (humanize(k), ", ".join(format_cell(item, 80) for item in v[: limits.list_items])
+                 + (f" … and {len(v) - limits.list_items} more" if len(v) > limits.list_items else ""))
+                for k, v in value.items()
+                if isinstance(v, list) and v and all(is_scalar(item) for item in v)
+            ]
+            if scalars or scalar_lists:
+                out.append({"kind": "kv", "title": title, "items": scalars + scalar_lists})
+                title = None if not scalars and not scalar_lists else None
+            for key, item in value.items():
+                if is_scalar(item) or (isinstance(item, list) and all(is_scalar(x) for x in item)):
+                    continue
+                if depth >= 4:
+                    out.append({"kind": "kv", "title": None, "items": [(humanize(key), format_cell(item, 200))]})
+                    continue
+                inner = self.blocks(item, limits, budget, humanize(key), depth + 1)
+                if inner:
+                    out.append({"kind": "section", "title": humanize(key), "blocks": inner, "depth": depth})
+            if title and out and out[0].get("title") is None:
+                out[0]["title"] = title
+            return out
+        if isinstance(value, list):
+            if not value:
+                return [{"kind": "kv", "title": title, "items": [("", "none")]}] if title else []
+            if all(isinstance(item, dict) for item in value):
+                table = self.records_table(value, limits)
+                out.append({"kind": "table", "title": title, "table": table})
+                for item in value[: limits.table_rows]:
+                    for key, nested in item.items():
+                        rendered = self.chart(nested, budget, placeholder=False)
+                        if rendered is not None:
+                            out.append({"kind": "chart", "title": None, "chart": rendered})
+                return out
+            if all(is_scalar(item) for item in value):
+                return [{"kind": "kv", "title": title,
+                         "items": [("", ", ".join(format_cell(v, 80) for v in value[: limits.list_items]))]}]
+            for index, item in enumerate(value[: limits.list_items]):
+                out.extend(self.blocks(item, limits, budget, f"{title or 'item'} {index + 1}", depth + 1))
+            return out
+        return [{"kind": "kv", "title": title, "items": [("", format_cell(value, limits.cell_chars))]}]
+
+    # -- the two documents
+
+    def context(self, limits: Limits) -> dict:
+        budget = [limits.charts]
+        common = {
+            "doc": self.doc,
+            "kind": self.doc.get("kind"),
+            "limits": limits,
+            "generated_at": self.doc.get("generated_at"),
+            "servlens_version": self.doc.get("servlens_version"),
+            "schema_version": self.doc.get("schema_version"),
+            "relative_clock": self.relative_clock,
+        }
+        if self.doc.get("kind") == "analyze":
+            common.update(self._analyze(limits, budget))
+        else:
+            common.update(self._compare(limits, budget))
+        return common
+
+    def _analyze(self, limits: Limits, budget: list[int]) -> dict:
+        doc = self.doc
+        findings = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
+        fired = sorted(
+            (f for f in findings if f.get("state") == "fired"),
+            key=lambda f: (SEVERITY_ORDER.get(f.get("severity"), 3), str(f.get("rule")), _scope_text(f.get("scope"))),
+        )
+        not_evaluable = sorted((f for f in findings if f.get("state") == "not_evaluable"),
+                               key=lambda f: (str(f.get("rule")), _scope_text(f.get("scope"))))
+        clear = sorted((f for f in findings if f.get("state") == "clear"),
+                       key=lambda f: (str(f.get("rule")), _scope_text(f.get("scope"))))
+        other = [f for f in findings if f.get("state") not in ("fired", "not_evaluable", "clear")]
+
+        detailed = [self._finding(f, index, limits, budget)
+                    for index, f in enumerate(fired[: limits.detailed_findings], start=1)]
+        by_severity: dict[str, int] = {}
+        for finding in fired:
+            by_severity[str(finding.get("severity"))] = by_severity.get(str(finding.get("severity")), 0) + 1
+
+        coverage = doc.get("coverage") or {}
+        runs = doc.get("run")
+        runs = runs if isinstance(runs, list) else ([runs] if runs else coverage.get("runs") or [])
+        workload = doc.get("workload")
+        return {
+            "title": "Incident report" + (f": {', '.join(str(r) for r in runs)}" if runs else ""),
+            "runs": runs,
+            "coverage": self._coverage(coverage, limits),
+            "fired": detailed,
+            "fired_total": len(fired),
+            "fired_not_detailed": [
+                {"anchor": f"finding-{i}", **_finding_head(f)}
+                for i, f in enumerate(fired[limits.detailed_findings:], start=limits.detailed_findings + 1)
+            ][: max(limits.gate_rows, 15)],
+            "fired_hidden": max(0, len(fired) - limits.detailed_findings - max(limits.gate_rows, 15)),
+            "by_severity": [(s, by_severity[s]) for s in sorted(by_severity, key=lambda s: SEVERITY_ORDER.get(s, 3))],
+            "top_severity": min((f.get("severity") for f in fired), key=lambda s: SEVERITY_ORDER.get(s, 3),
+                                default=None),
+            "not_evaluable": [_finding_head(f) for f in not_evaluable[: limits.gate_rows]],
+            "not_evaluable_total": len(not_evaluable),
+            "clear": [_finding_head(f) for f in clear[: limits.gate_rows]],
+            "clear_total": len(clear),
+            "other": [_finding_head(f) for f in other[: limits.gate_rows]],
+            "workload": self.blocks(workload, limits, budget) if workload else None,
+        }
+
+    def _coverage(self, coverage: dict, limits: Limits) -> dict:
+        sources = [s for s in coverage.get("sources") or [] if isinstance(s, dict)]
+        span = coverage.get("time_span") or {}
+        start, end = parse_time(span.get("start")), parse_time(span.get("end"))
+        columns_present = [str(c) for c in coverage.get("columns_present") or []]
+        try:
+            from servlens.store.schema import REQUEST_COLUMNS
+
+            known = [c for c in REQUEST_COLUMNS if c not in ("run", "source_id", "source_line", "attrs")]
+            columns_absent = [c for c in known if c not in columns_present] if columns_present else []
+        except ImportError:  # the store module is optional for rendering a saved document
+            columns_absent = []
+        return {
+            "sources": self.records_table(sources, replace(limits, table_rows=max(limits.table_rows, 10))),
+            "bad_lines": sum(int(s.get("bad_lines") or 0) for s in sources),
+            "runs": coverage.get("runs") or [],
+            "requests": coverage.get("requests"),
+            "start": span.get("start"),
+            "end": span.get("end"),
+            "duration_s": (end - start).total_seconds() if start and end else None,
+            "relative_clock": bool(span.get("relative_clock")),
+            "models": [str(m) for m in coverage.get("models") or []],
+            "columns_present": columns_present,
+            "columns_absent": columns_absent,
+            "metrics_present": [str(m) for m in coverage.get("metrics_present") or []],
+            "extra": {k: v for k, v in coverage.items()
+                      if k not in ("sources", "runs", "requests", "time_span", "models", "columns_present",
+                                   "metrics_present")},
+        }
+
+    def _finding(self, finding: dict, index: int, limits: Limits, budget: list[int]) -> dict:
+        evidence = finding.get("evidence") or {}
+        table = evidence.get("table") if isinstance(evidence.get("table"), dict) else None
+        examples = [e for e in finding.get("examples") or [] if isinstance(e, dict)]
+        metrics = evidence.get("metrics") if isinstance(evidence.get("metrics"), dict) else {}
+        thresholds = evidence.get("thresholds") if isinstance(evidence.get("thresholds"), dict) else {}
+        extra_evidence = {k: v for k, v in evidence.items()
+                          if k not in ("metrics", "thresholds", "windows", "table", "chart")}
+        return {
+            **_finding_head(finding),
+            "anchor": f"finding-{index}",
+            "metrics": [(humanize(k), format_keyed(k, v, limits.cell_chars)) for k, v in metrics.items()],
+            "thresholds": [(humanize(k), format_keyed(k, v, limits.cell_chars)) for k, v in thresholds.items()],
+            "windows": [w for w in evidence.get("windows") or [] if isinstance(w, dict)][: limits.list_items],
+            "table": self.table(table.get("columns"), table.get("rows"), limits) if table else None,
+            "chart": self.chart(evidence.get("chart"), budget),
+            "extra": self.blocks(extra_evidence, limits, budget) if extra_evidence else [],
+            "examples": [
+                {"request_id": format_cell(e.get("request_id"), 120), "source": format_cell(e.get("source"), 200),
+                 "line": e.get("line")}
+                for e in examples[: limits.examples]
+            ],
+            "examples_total": len(examples),
+            "remediation": finding.get("remediation"),
+            "rollback": finding.get("rollback"),
+            "references": [{"url": r, "link": safe_link(r)} for r in (finding.get("references") or [])
+                           if isinstance(r, str)][:10],
+        }
+
+    def _compare(self, limits: Limits, budget: list[int]) -> dict:
+        doc = self.doc
+        gates = [g for g in doc.get("gates") or [] if isinstance(g, dict)]
+        ordered = sorted(
+            enumerate(gates),
+            key=lambda pair: (VERDICT_ORDER.get(pair[1].get("verdict"), 3), not pair[1].get("critical"), pair[0]),
+        )
+        gate_rows = [self._gate(gate, limits) for _, gate in ordered[: limits.gate_rows]]
+        gate_charts = []
+        with_chart = [gate for _, gate in ordered if _is_chart_value(gate.get("chart"))]
+        for gate in with_chart:
+            rendered = self.chart(gate.get("chart"), budget, placeholder=False)
+            if rendered is None:
+                break
+            gate_charts.append({"gate": self._gate(gate, limits), "chart": rendered})
+        counts: dict[str, int] = {}
+        for gate in gates:
+            counts[str(gate.get("verdict"))] = counts.get(str(gate.get("verdict")), 0) + 1
+        rollback = [
+            {"verdict": gate.get("verdict"), "critical": bool(gate.get("critical")), "text": gate["rollback_criterion"]}
+            for _, gate in ordered
+            if isinstance(gate.get("rollback_criterion"), str) and gate["rollback_criterion"]
+        ][: limits.gate_rows]
+        before, after = doc.get("before") or {}, doc.get("after") or {}
+        known = {"kind", "schema_version", "verdict", "reason", "before", "after", "coverage", "mix_shift", "gates",
+                 "improvements", "cohorts", "generated_at", "servlens_version", "policy", "warnings"}
+        cohorts = doc.get("cohorts") or []
+        return {
+            "title": "Release gate: " + " → ".join(
+                str(side.get("run") or side.get("label") or name) if isinstance(side, dict) else str(side)
+                for name, side in (("before", before), ("after", after))),
+            "verdict": str(doc.get("verdict") or "inconclusive"),
+            "reason": doc.get("reason"),
+            "before": before,
+            "after": after,
+            "sides": self._sides(before, after, limits),
+            "coverage": self.blocks(doc.get("coverage"), limits, budget) if doc.get("coverage") else [],
+            "mix_shift": self.blocks(doc.get("mix_shift"), limits, budget) if doc.get("mix_shift") else [],
+            "gates": gate_rows,
+            "gates_total": len(gates),
+            "verdict_counts": [(v, counts[v]) for v in sorted(counts, key=lambda v: VERDICT_ORDER.get(v, 3))],
+            "gate_charts": gate_charts,
+            "gate_charts_hidden": len(with_chart) - len(gate_charts),
+            "rollback": rollback,
+            "improvements": self.blocks(doc.get("improvements"), limits, budget) if doc.get("improvements") else [],
+            "cohorts": self.blocks(cohorts, limits, budget) if cohorts else [],
+            "cohorts_total": len(cohorts) if isinstance(cohorts, list) else None,
+            "policy": self.blocks(doc.get("policy"), limits, budget) if doc.get("policy") else [],
+            "warnings": [format_cell(w, 400) for w in doc.get("warnings") or []][: limits.list_items],
+            "extra": self.blocks({k: v for k, v in doc.items() if k not in known}, limits, budget),
+        }
+
+    def _sides(self, before: Any, after: Any, limits: Limits) -> list[tuple[str, str, str]]:
+        """Before and after run summaries side by side (keys in order of first appearance)."""
+        if not isinstance(before, dict) or not isinstance(after, dict):
+            return [("Run", format_cell(before), format_cell(after))]
+        keys: list[str] = []
+        for side in (before, after):
+            for key, value in side.items():
+                if key not in keys and (is_scalar(value) or isinstance(value, (list, dict))):
+                    keys.append(key)
+        rows = []
+        for key in keys[: limits.list_items]:
+            rows.append((humanize(key), _side_value(key, before.get(key), limits),
+                         _side_value(key, after.get(key), limits)))
+        return rows
+
+    def _gate(self, gate: dict, limits: Limits) -> dict:
+        metric = str(gate.get("metric") or "")
+        statistic = str(gate.get("statistic") or "")
+        if gate.get("kind") in ("latency", "rate"):
+            is_ratio = gate["kind"] == "latency"
+        else:
+            is_ratio = gate.get("ratio") is not None or ("diff" not in gate and _is_latency(metric))
+        if is_ratio:
+            change = _signed_percent_from_ratio(gate.get("ratio"))
+            interval = (_signed_percent_from_ratio(gate.get("ci_low")), _signed_percent_from_ratio(gate.get("ci_high")))
+            tolerance = _tolerance_text(gate.get("tolerance"), ratio=True)
+        else:
+            change = _signed_points(gate.get("diff"))
+            interval = (_signed_points(gate.get("ci_low")), _signed_points(gate.get("ci_high")))
+            tolerance = _tolerance_text(gate.get("tolerance"), ratio=False)
+        if isinstance(gate.get("tolerance_text"), str) and gate["tolerance_text"]:
+            tolerance = gate["tolerance_text"]
+        if is_ratio:
+            value = format_seconds if (_is_latency(metric) or gate.get("unit") == "s") else format_number
+        else:
+            value = format_percent if (_is_rate(metric) or gate.get("unit") == "share" or gate.get("kind") == "rate") \
+                else format_number
+        note = gate.get("reason") or gate.get("note")
+        if gate.get("requests_needed"):
+            note = f"{note or 'undecided'}; about {gate['requests_needed']:,} requests a side would settle it"
+        return {
+            "name": str(gate.get("name") or f"{metric_name(metric)} {statistic}".strip() or "gate"),
+            "metric": metric,
+            "statistic": statistic,
+            "cohort": format_cell(gate.get("cohort") if gate.get("cohort") is not None else "all (mix-adjusted)",
+                                  limits.cell_chars),
+            "before": value(gate.get("before")),
+            "after": value(gate.get("after")),
+            "change": change,
+            "interval": interval if any(part != "—" for part in interval) else None,
+            "tolerance": tolerance,
+            "critical": bool(gate.get("critical")),
+            "verdict": str(gate.get("verdict") or "inconclusive"),
+            "n_before": gate.get("n_before"),
+            "n_after": gate.get("n_after"),
+            "note": note,
+        }
+
+
+def _side_value(key: str, value: Any, limits: Limits) -> str:
+    if isinstance(value, list):
+        return ", ".join(format_cell(v, 80) for v in value[: limits.list_items])
+    return format_keyed(key, value, limits.cell_chars)
+
+
+def _is_chart_value(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("type"), str) and isinstance(value.get("series"), list)
+
+
+def _is_latency(metric: str) -> bool:
+    name = metric.lower()
+    return any(part in name for part in ("ttft", "tpot", "itl", "e2e", "queue", "latency", "prefill", "decode")) \
+        or name.endswith("_s")
+
+
+def _is_rate(metric: str) -> bool:
+    name = metric.lower()
+    return "rate" in name or name.endswith(("_share", "_fraction"))
+
+
+def _signed_percent_from_ratio(ratio: Any) -> str:
+    number = _finite(ratio)
+    if number is None:
+        return "—"
+    return f"{(number - 1) * 100:+.1f}%"
+
+
+def _signed_points(diff: Any) -> str:
+    """A difference of two rates (fractions) in percentage points."""
+    number = _finite(diff)
+    if number is None:
+        return "—"
+    return f"{number * 100:+.2f} pp"
+
+
+def _tolerance_text(tolerance: Any, ratio: bool) -> str:
+    """Tolerance as the policy states it: +10% for a ratio (given as 0.10 or 1.10), +0.50 pp for a rate."""
+    number = _finite(tolerance)
+    if number is None:
+        return "—" if tolerance is None else format_cell(tolerance)
+    if ratio:
+        relative = number - 1 if number >= 1 else number
+        return f"{relative * 100:+.0f}%" if float(relative * 100).is_integer() else f"{relative * 100:+.1f}%"
+    return f"{number * 100:+.2f} pp"
+
+
+def _scope_text(scope: Any) -> str:
+    if isinstance(scope, dict):
+        return " · ".join(f"{k} {v}" for k, v in scope.items() if v is not None)
+    return "" if scope is None else str(scope)
+
+
+def _finding_head(finding: dict) -> dict:
+    """What every listing of a finding shows: rule, name, title, severity, state, scope, summary, reason."""
+    return {
+        "rule": format_cell(finding.get("rule"), 40),
+        "name": format_cell(finding.get("name"), 80),
+        "title": finding.get("title") or finding.get("name") or finding.get("rule"),
+        "severity": str(finding.get("severity") or "info"),
+        "state": str(finding.get("state") or ""),
+        "scope": _scope_text(finding.get("scope")) or "all traffic",
+        "summary": finding.get("summary"),
+        "reason": finding.get("reason"),
+        "requires": finding.get("requires") or finding.get("needs"),
+    }

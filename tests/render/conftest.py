@@ -1,0 +1,203 @@
+"""Result documents for the renderer tests, shaped exactly as docs/CONTRIBUTING.md "Result documents" says, and a
+helper that opens a page in headless Chromium.
+
+The hand-made documents carry hostile strings (a <script> tag, an "onerror= attribute breakout) in every field that
+comes from logs, so each structure test is also an escaping test.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = "<script>alert('x')</script>"
+BREAKOUT = '"onerror=alert(1) x="'
+HOSTILE_MODEL = f"qwen3-8b{SCRIPT}"
+HOSTILE_ID = f"req-7{BREAKOUT}<img src=x onerror=alert(2)>"
+
+
+def _cdf(values: list[float]) -> tuple[list[float], list[float]]:
+    ordered = sorted(values)
+    return ordered, [(i + 1) / len(ordered) for i in range(len(ordered))]
+
+
+def make_analyze_doc() -> dict:
+    minutes = [f"2026-11-28T10:{m:02d}:00Z" for m in range(0, 60, 2)]
+    ttft_p99 = [0.42 + (2.9 if 20 <= m < 34 else 0.0) + (m % 6) * 0.03 for m in range(0, 60, 2)]
+    return {
+        "kind": "analyze",
+        "schema_version": 1,
+        "generated_at": "2026-11-28T12:00:00Z",
+        "servlens_version": "0.1.0",
+        "run": "incident-1128",
+        "coverage": {
+            "sources": [
+                {"path": "exports/litellm-1128.jsonl", "format": "litellm", "kind": "requests", "rows": 4812,
+                 "bad_lines": 3},
+                {"path": f"scrapes/vllm-{SCRIPT}.prom", "format": "prometheus-text", "kind": "metrics", "rows": 2204,
+                 "bad_lines": 0},
+            ],
+            "runs": ["incident-1128"],
+            "requests": 4812,
+            "time_span": {"start": "2026-11-28T10:00:00Z", "end": "2026-11-28T11:00:00Z", "relative_clock": False},
+            "models": [HOSTILE_MODEL, "llama-3.1-8b"],
+            "columns_present": ["request_id", "model", "t_arrival", "ttft_s", "queue_s", "prompt_tokens",
+                                "completion_tokens", "finish_reason", "status", "error_message"],
+            "metrics_present": ["num_requests_waiting", "kv_cache_usage_perc"],
+        },
+        "findings": [
+            {
+                "rule": "SL004", "name": "queue-driven-ttft-spike", "title": "TTFT spike driven by queueing",
+                "state": "fired", "severity": "critical",
+                "scope": {"model": HOSTILE_MODEL, "deployment": "http://10.0.0.5:8000"},
+                "summary": f"TTFT p99 rose to 3.41 s while TPOT stayed flat; queue time explains 91% of it {SCRIPT}",
+                "reason": None,
+                "evidence": {
+                    "metrics": {"ttft_p99_s": 3.41, "queue_share": 0.91, "tpot_p50_s": 0.031},
+                    "thresholds": {"ttft_ratio": 2.0, "queue_share": 0.5},
+                    "windows": [{"start": "2026-11-28T10:20:00Z", "end": "2026-11-28T10:34:00Z"}],
+                    "table": {"columns": ["window", "requests", "ttft_p99_s", "queue_p99_s", "model"],
+                              "rows": [[minutes[i], 160 + i, ttft_p99[i], ttft_p99[i] * 0.9, HOSTILE_MODEL]
+                                       for i in range(len(minutes))]},
+                    "chart": {"type": "line", "title": "TTFT p99 per window", "x_label": "time (UTC)",
+                              "y_label": "TTFT p99 (s)", "x_time": True, "x_log": False, "y_log": False,
+                              "series": [{"name": HOSTILE_MODEL, "x": minutes, "y": ttft_p99}],
+                              "hlines": [{"y": 1.0, "label": "SLO 1 s"}],
+                              "vspans": [{"x0": "2026-11-28T10:20:00Z", "x1": "2026-11-28T10:34:00Z",
+                                          "label": "incident window"}]},
+                },
+                "examples": [{"request_id": HOSTILE_ID, "source": "exports/litellm-1128.jsonl", "line": 1207},
+                             {"request_id": "req-8812", "source": "exports/litellm-1128.jsonl", "line": 1311}],
+                "remediation": f"Raise --max-num-seqs or add a replica; check KV cache usage. {BREAKOUT}",
+                "rollback": "Roll back if TTFT p99 stays above 1 s for 10 minutes after the change.",
+                "references": ["https://docs.vllm.ai/en/latest/configuration/optimization.html",
+                               "javascript:alert(3)"],
+            },
+            {
+                "rule": "SL002", "name": "truncated-by-output-limit", "title": "Answers cut off by max_tokens",
+                "state": "fired", "severity": "warning", "scope": {"model": "llama-3.1-8b", "deployment": None},
+                "summary": "4.2% of requests ended with finish_reason=length at max_tokens=256.",
+                "reason": None,
+                "evidence": {"metrics": {"length_share": 0.042, "requests": 1200},
+                             "thresholds": {"length_share": 0.01}, "windows": [],
+                             "table": {"columns": ["max_tokens", "requests", "length_finishes"],
+                                       "rows": [[256, 1000, 50], [1024, 200, 0]]},
+                             "chart": {"type": "bar", "title": "Length finishes by max_tokens",
+                                       "x_label": "max_tokens", "y_label": "requests", "x_time": False,
+                                       "x_log": False, "y_log": False,
+                                       "series": [{"name": "length", "x": ["256", "1024"], "y": [50, 0]}],
+                                       "hlines": [], "vspans": []}},
+                "examples": [{"request_id": "req-1", "source": "exports/litellm-1128.jsonl", "line": 17}],
+                "remediation": "Raise max_tokens for this route.",
+                "rollback": "Roll back if the length-finish share does not fall below 1% within an hour.",
+                "references": [],
+            },
+            {
+                "rule": "SL001", "name": "prefix-cache-off", "title": "Shared prefixes without a prefix cache",
+                "state": "not_evaluable", "severity": "warning", "scope": {"model": "llama-3.1-8b"},
+                "summary": "", "reason": f"no cached-token field and no prefix-cache metric in these sources {SCRIPT}",
+                "evidence": {}, "examples": [], "remediation": "", "rollback": "", "references": [],
+            },
+            {
+                "rule": "SL003", "name": "reasoning-leak", "title": "Reasoning leaking into content",
+                "state": "clear", "severity": "warning", "scope": {"model": HOSTILE_MODEL},
+                "summary": "No reasoning markers in content.", "reason": None,
+                "evidence": {}, "examples": [], "remediation": "", "rollback": "", "references": [],
+            },
+        ],
+    }
+
+
+def make_compare_doc() -> dict:
+    import random
+
+    rng = random.Random(7)
+    before = [rng.lognormvariate(-1.0, 0.6) for _ in range(300)]
+    after = [value * 1.25 for value in before]
+    bx, by = _cdf(before)
+    ax, ay = _cdf(after)
+    return {
+        "kind": "compare",
+        "schema_version": 1,
+        "generated_at": "2026-11-28T12:00:00Z",
+        "servlens_version": "0.1.0",
+        "verdict": "fail",
+        "reason": f"TTFT p99 rose 25% [95% CI 14%–37%], beyond the 10% tolerance on a critical gate {SCRIPT}",
+        "before": {"run": "release-0.9", "requests": 5000, "models": [HOSTILE_MODEL]},
+        "after": {"run": "release-0.11", "requests": 5100, "models": [HOSTILE_MODEL]},
+        "coverage": {"before_share": 0.97, "after_share": 0.95, "cohorts_compared": 6, "cohorts_total": 8},
+        "mix_shift": {"significant": False, "max_share_change": 0.03},
+        "gates": [
+            {"metric": "ttft_s", "statistic": "p99", "cohort": None, "before": 0.9, "after": 1.125, "ratio": 1.25,
+             "ci_low": 1.14, "ci_high": 1.37, "tolerance": 0.10, "critical": True, "verdict": "fail",
+             "rollback_criterion": f"Roll back: TTFT p99 rose 25% [95% CI 14%–37%], above the 10% tolerance {BREAKOUT}",
+             "chart": {"type": "cdf", "title": "TTFT, all cohorts", "x_label": "TTFT (s)",
+                       "y_label": "share of requests", "x_time": False, "x_log": True, "y_log": False,
+                       "series": [{"name": "before release-0.9", "x": bx, "y": by},
+                                  {"name": "after release-0.11", "x": ax, "y": ay}],
+                       "hlines": [{"y": 0.99, "label": "p99"}], "vspans": []}},
+            {"metric": "tpot_s", "statistic": "p50", "cohort": None, "before": 0.031, "after": 0.0312,
+             "ratio": 1.006, "ci_low": 0.99, "ci_high": 1.02, "tolerance": 0.05, "critical": False,
+             "verdict": "pass", "rollback_criterion": "TPOT p50 within +5%.", "chart": None},
+            {"metric": "error_rate", "statistic": "rate", "cohort": HOSTILE_MODEL, "before": 0.002, "after": 0.004,
+             "diff": 0.002, "ci_low": -0.001, "ci_high": 0.005, "tolerance": 0.005, "critical": True,
+             "verdict": "inconclusive", "rollback_criterion": "Error rate: not enough evidence yet.", "chart": None},
+        ],
+        "improvements": [],
+        "cohorts": [{"model": HOSTILE_MODEL, "prompt_band": "1k-2k", "n_before": 800, "n_after": 820}],
+    }
+
+
+@pytest.fixture
+def analyze_doc() -> dict:
+    return make_analyze_doc()
+
+
+@pytest.fixture
+def compare_doc() -> dict:
+    return make_compare_doc()
+
+
+# ------------------------------------------------------------------ the browser
+
+
+def chromium_path() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.fixture
+def chromium():
+    path = chromium_path()
+    if path is None:
+        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    return path
+
+
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-extensions",
+    "--disable-default-apps", "--mute-audio", "--hide-scrollbars",
+    # console messages (CSP violations, script errors) are written to stderr as `...:CONSOLE:N] "..."` lines
+    "--enable-logging=stderr", "--v=0",
+]
+# What a clean page must never produce: console messages (the report has no scripts, so any message is a CSP
+# violation or an error) and network errors (a blocked or failed request).
+_PROBLEM = re.compile(r":CONSOLE[:(]|net::ERR_|Content Security Policy|Refused to", re.I)
+
+
+def open_in_chromium(browser: str, page: Path, profile: Path, screenshot: Path | None = None,
+                     window: str = "1200,1800") -> tuple[str, list[str]]:
+    """Load `page` in headless Chromium; returns the DOM after load and the problem lines from its log."""
+    flags = CHROMIUM_FLAGS + [f"--user-data-dir={profile}", f"--window-size={window}"]
+    flags += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
+    environment = dict(os.environ, HOME=str(profile))
+    done = subprocess.run([browser, *flags, page.resolve().as_uri()], capture_output=True, text=True, timeout=120,
+                          env=environment)
+    problems = [line for line in done.stderr.splitlines() if _PROBLEM.search(line)]
+    return done.stdout, problems
