@@ -39,7 +39,7 @@ def _message(path: Path) -> str:
 
 def test_builtin_rules_load_with_stable_ids_and_every_heading():
     rules = load_rules()
-    assert [(r.id, r.name) for r in rules] == [
+    assert [(r.id, r.name) for r in rules][:4] == [
         ("SL001", "prefix-cache-disabled"), ("SL002", "length-limit-finishes"),
         ("SL003", "reasoning-content-leakage"), ("SL004", "queue-driven-ttft-spike"),
     ]
@@ -106,7 +106,7 @@ def test_set_overrides_are_typed_and_bad_ones_are_one_sentence():
     assert parse_overrides(["SL004.min_queue_share=0.6", "SL003.thinking_models=a*,b*"], rules) == {
         "SL004": {"min_queue_share": 0.6}, "SL003": {"thinking_models": ["a*", "b*"]}}
     cases = {
-        "SL009.x=1": "--set names an unknown rule 'SL009'. Known rules: SL001, SL002, SL003, SL004.",
+        "XX009.x=1": "--set names an unknown rule 'XX009'. Known rules: " + ", ".join(r.id for r in rules) + ".",
         "SL004.min_queue_shar=0.6": "SL004 has no parameter 'min_queue_shar' (did you mean 'min_queue_share'?). SL004 "
                                     "parameters: min_requests, min_window_requests, spike_ratio, min_excess_s, "
                                     "min_queue_share, tail_quantile, prompt_growth_limit, critical_ratio.",
