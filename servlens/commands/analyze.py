@@ -141,7 +141,8 @@ def _open(ctx, paths, metrics_paths, db, runs, from_format):
             con.close()
             raise InputError("Nothing servlens recognises in " + ", ".join(list(paths) + list(metrics_paths)),
                              "Check the paths, or name the format with --from ('servlens formats' lists them)")
-        skipped = [{"path": s["path"], "reason": s["reason"]} for s in report.get("skipped", [])]
+        # Files a folder held that are not data (server logs, /slots dumps): listed so nothing disappears silently.
+        skipped = [f"{s['path']}: {s['reason']}" for s in report.get("skipped", [])]
         return con, report["runs"], skipped
     store = resolve_db(ctx, db)
     if not store.exists():
