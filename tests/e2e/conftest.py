@@ -31,3 +31,46 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.e2e)
         if ENGINE_MISSING:
             item.add_marker(pytest.mark.skip(reason=ENGINE_MISSING))
+
+
+def _runs_done(out: Path, names) -> bool:
+    from tools.engine.scenarios import SCENARIOS
+
+    return all((out / r.run / "requests.jsonl").exists() for n in names for r in SCENARIOS[n].runs)
+
+
+@pytest.fixture(scope="session")
+def engine_out(tmp_path_factory) -> Path:
+    """Drive the real server through every e2e scenario once per session; returns OUT (one folder per run).
+
+    SERVLENS_E2E_OUT=DIR keeps the logs in DIR and reuses them when every run is already there (for working on
+    the tests without re-driving the engine); by default they go to a fresh tmp dir.
+    """
+    import os
+    import time
+
+    if ENGINE_MISSING:
+        pytest.skip(ENGINE_MISSING)
+    from tools.engine.scenarios import E2E_SCENARIOS, run_scenario
+
+    env = os.environ.get("SERVLENS_E2E_OUT")
+    out = Path(env) if env else tmp_path_factory.mktemp("engine")
+    if env and _runs_done(out, E2E_SCENARIOS):
+        return out
+    t0 = time.time()
+    for name in E2E_SCENARIOS:
+        run_scenario(name, out, log=lambda msg: print(msg, file=sys.stderr))
+    print(f"e2e scenarios driven in {time.time() - t0:.1f} s", file=sys.stderr)
+    return out
+
+
+@pytest.fixture(scope="session")
+def engine_store(engine_out, tmp_path_factory) -> Path:
+    """All e2e runs ingested with `servlens ingest` into one store (runs labelled by the log's run field)."""
+    from .records import servlens
+
+    db = tmp_path_factory.mktemp("store") / "engine.duckdb"
+    result = servlens("ingest", engine_out, "--db", db)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return db
+

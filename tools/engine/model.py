@@ -91,10 +91,10 @@ GENERATOR_VERSION = 1  # bump when the layout below changes, so cached files are
 class ModelSpec:
     seed: int = 1234
     template: str = "chatml"  # "chatml" | "think"
-    n_embd: int = 384
+    n_embd: int = 256
     n_layer: int = 4
-    n_head: int = 6
-    n_ff: int = 1024
+    n_head: int = 4
+    n_ff: int = 768
     n_ctx_train: int = 8192
     # logit of <|im_end|> relative to the others; calibrated so a turn ends after ~40 tokens on average with the
     # server's default sampler and temperature 0.8 (see tests/e2e/test_engine_smoke.py)
