@@ -34,6 +34,7 @@ servlens.store.schema.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
@@ -208,11 +209,22 @@ def load_scrape_index(path: Path) -> dict[Path, IndexEntry]:
 
 def find_scrape_index(path: Path) -> dict[Path, IndexEntry]:
     """The entries of every index file beside `path` (so a scrape named on its own still finds its time and run)."""
-    path = Path(path).resolve()
+    return dict(_index_beside(path))
+
+
+def _index_beside(path: Path) -> dict[Path, IndexEntry]:
+    folder = Path(path).resolve().parent
+    candidates = tuple(
+        (p, p.stat().st_mtime_ns) for p in sorted(folder.glob("*.jsonl")) if "index" in p.name.lower()
+    )
+    return _index_of_folder(candidates)
+
+
+@functools.lru_cache(maxsize=64)
+def _index_of_folder(candidates: tuple[tuple[Path, int], ...]) -> dict[Path, IndexEntry]:
+    # keyed by the index files and their mtimes: a folder of many scrapes reads its index once
     found: dict[Path, IndexEntry] = {}
-    for candidate in sorted(path.parent.glob("*.jsonl")):
-        if "index" not in candidate.name.lower():
-            continue
+    for candidate, _ in candidates:
         if sniff_metrics(candidate) == INDEX_FORMAT:
             try:
                 found.update(load_scrape_index(candidate))
@@ -221,12 +233,16 @@ def find_scrape_index(path: Path) -> dict[Path, IndexEntry]:
     return found
 
 
+def _index_entry(path: Path, index: ScrapeIndex | None) -> IndexEntry | None:
+    """The entry for `path` in the given index, else in an index file beside it."""
+    path = Path(path).resolve()
+    entry = index.get(path) if index else None
+    return entry if entry is not None else _index_beside(path).get(path)
+
+
 def metrics_run_for(path: Path, index: ScrapeIndex | None = None) -> str | None:
     """The run an index names for this scrape file (from `index`, else an index file beside it), or None."""
-    path = Path(path).resolve()
-    if index is None:
-        index = find_scrape_index(path)
-    entry = index.get(path)
+    entry = _index_entry(path, index)
     return entry.run if entry else None
 
 
@@ -305,7 +321,7 @@ def resolve_scrape_time(path: Path, *, at: float | None, index: ScrapeIndex | No
     """The time of a scrape without sample timestamps, and where it came from: at > index > file_name > mtime."""
     if at is not None:
         return at, "at"
-    entry = index.get(Path(path).resolve()) if index else None
+    entry = _index_entry(path, index)
     if entry is not None:
         return entry.scrape_ts, "index"
     from_name = time_from_file_name(Path(path).name)
@@ -362,8 +378,6 @@ def ingest_metrics_file(
         _insert_errors(con, source_id, path, errors, keep_text)
         extra = {"series_skipped": skipped}
     else:
-        if index is None:
-            index = find_scrape_index(path)
         at_seconds = parse_at(at) if at is not None else None
         exposition = parse_exposition(text, fmt)
         rows, errors = exposition.rows, exposition.errors
@@ -438,8 +452,6 @@ def _recheck_skip(con, run, path, decision, fmt, at, index) -> SourceDecision:
     if any(row[2] == "exposition" for row in rows):
         return decision  # every sample carries its time: the same bytes are the same samples
     at_seconds = parse_at(at) if at is not None else None
-    if index is None:
-        index = find_scrape_index(path)
     when, _ = resolve_scrape_time(path, at=at_seconds, index=index)
     for _, _, _, t_min, t_max in rows:
         if t_min is not None and t_min == t_max and abs((t_min - _EPOCH).total_seconds() - when) < 1e-6:

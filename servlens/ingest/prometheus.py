@@ -213,6 +213,7 @@ def created_companions(sample_names: set[str], family_types: dict[str, str]) -> 
         stem = name[: -len("_created")]
         if (
             family_types.get(stem) in ("counter", "histogram", "summary")
+            or family_types.get(f"{stem}_total") == "counter"
             or f"{stem}_total" in sample_names
             or f"{stem}_count" in sample_names
             or f"{stem}_bucket" in sample_names
@@ -274,7 +275,24 @@ def _family_for(sample_name: str, families: dict[str, Family]) -> tuple[Family, 
     return family, ""
 
 
+# Fast path for the common sample line (plain label values, no escapes, no quoted names); anything else, including
+# every malformed line, goes through the careful parser below, which names the problem.
+_FAST_SAMPLE = re.compile(
+    r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"[^"\\]*"[ \t]*,)*'
+    r'(?:[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"[^"\\]*"[ \t]*)?)\})?[ \t]+([^ \t#]+)(?:[ \t]+([^ \t#]+))?'
+)
+_FAST_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"\\]*)"')
+
+
 def _parse_sample(line: str, number: int, fmt: str) -> RawSample:
+    fast = _FAST_SAMPLE.fullmatch(line)
+    if fast:
+        name, label_text, value_token, ts_token = fast.groups()
+        labels = dict(_FAST_LABEL.findall(label_text)) if label_text else {}
+        if not label_text or len(labels) == label_text.count("="):
+            value = _parse_float(value_token, f"value of {name}")
+            timestamp = _parse_timestamp(ts_token, fmt, name) if ts_token is not None else None
+            return RawSample(name, labels, value, timestamp, number)
     match = _METRIC_NAME.match(line)
     name = match.group() if match else None
     pos = match.end() if match else 0
