@@ -244,14 +244,22 @@ def _draw(axes, chart: dict, relative_clock: bool) -> list[str]:
         axes.set_ylim(0, 1.02)
     if chart.get("x_log") and kind != "bar" and _positive(axes, "x"):
         axes.set_xscale("log")
-        _plain_log_ticks(axes.xaxis)
+        _plain_log_ticks(axes.xaxis, axes.get_xlim())
     if chart.get("y_log") and _positive(axes, "y"):
         axes.set_yscale("log")
-        _plain_log_ticks(axes.yaxis)
+        _plain_log_ticks(axes.yaxis, axes.get_ylim())
     if x_time:
         _time_axis(axes, all_x, relative_clock)
 
-    axes.set_title(_text(chart.get("title")), loc="left")
+    title = _text(chart.get("title"))
+    if len(title) > 95:
+        # Two lines at most; the full title is in the SVG's <title> and the page text around the chart.
+        import textwrap
+
+        lines = textwrap.wrap(title, 95)
+        title = "\n".join(lines[:2]) + ("…" if len(lines) > 2 else "")
+        axes.figure.subplots_adjust(top=0.84)
+    axes.set_title(title, loc="left")
     axes.set_xlabel(_text(chart.get("x_label")))
     axes.set_ylabel(_text(chart.get("y_label")))
     handles, labels = axes.get_legend_handles_labels()
@@ -266,15 +274,19 @@ def _positive(axes, which: str) -> bool:
     return high > 0
 
 
-def _plain_log_ticks(axis) -> None:
+def _plain_log_ticks(axis, limits: tuple[float, float]) -> None:
     """Log ticks as plain numbers (0.01, 0.1, 1, 10): matplotlib's default 10^x labels go through mathtext,
-    which is slow and reads worse for seconds."""
+    which is slow and reads worse for seconds. On a short axis (under two decades) the 2× and 5× ticks are
+    labelled too, or it would carry one or two labels only."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+    plain = FuncFormatter(lambda value, _pos: f"{value:g}")
+    axis.set_major_formatter(plain)
     # Minor ticks at 2× and 5× only: enough to read a log axis, a third of the tick objects to draw.
     axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
-    axis.set_minor_formatter(NullFormatter())
+    low, high = limits
+    short = low > 0 and high / low < 100
+    axis.set_minor_formatter(plain if short else NullFormatter())
 
 
 def _bar_width(xs: list[float]) -> float:

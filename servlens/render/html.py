@@ -259,10 +259,32 @@ def metric_name(metric: Any) -> str:
     return METRIC_NAMES.get(str(metric), str(metric).replace("_", " "))
 
 
+_ACRONYMS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "kv": "KV", "e2e": "e2e", "nowait": "no-wait",
+             "slo": "SLO", "id": "id", "ci": "CI", "tvd": "TVD"}
+
+
 def humanize(name: Any) -> str:
-    """`prompt_tokens_p99` → `Prompt tokens p99`."""
-    text = str(name).replace("_", " ").strip()
+    """`run_ttft_p99_s` → `Run TTFT p99` (the unit shows in the formatted value, so a trailing `_s` goes)."""
+    text = str(name)
+    if text.endswith("_s") and len(text) > 2:
+        text = text[:-2]
+    words = [_ACRONYMS.get(word.lower(), word) for word in text.replace("_", " ").split()]
+    text = " ".join(words)
     return text[:1].upper() + text[1:]
+
+
+_LABELLED_URL = re.compile(r"^(?P<label>.*?)[:\s]\s*(?P<url>https?://\S+)\s*$", re.S)
+
+
+def reference(text: str) -> dict:
+    """A reference as {label, link}: a bare URL, or "label: URL" as the rule files write them."""
+    stripped = text.strip()
+    if safe_link(stripped):
+        return {"label": stripped, "link": stripped}
+    match = _LABELLED_URL.match(stripped)
+    if match and match.group("label").strip():
+        return {"label": match.group("label").strip().rstrip(":"), "link": safe_link(match.group("url"))}
+    return {"label": stripped, "link": None}
 
 
 def plural(count: Any, word: str, words: str | None = None) -> str:
@@ -341,14 +363,20 @@ class _ReportBuilder:
         }
 
     def records_table(self, records: list, limits: Limits) -> dict:
-        """A table from a list of dicts: columns in order of first appearance."""
+        """A table from a list of dicts: columns in order of first appearance; nested dicts flattened one level
+        ("bands model"), per-cohort latency summaries as "TTFT p50 before → after" columns."""
+        records = [_flatten_record(record) for record in records[: max(limits.table_rows, 1) * 4 + 200]] \
+            if any(any(isinstance(v, dict) and not _is_chart_value(v) for v in r.values()) for r in records[:50]) \
+            else records
         columns: list[str] = []
         for record in records[:200]:
             for key in record:
                 if key not in columns and not _is_chart_value(record[key]):
                     columns.append(key)
         rows = [[record.get(column) for column in columns] for record in records]
-        return self.table(columns, rows, limits)
+        table = self.table(columns, rows, limits)
+        table["columns"] = [humanize(c) for c in table["columns"]]
+        return table
 
     # -- generic blocks (workload, coverage and mix-shift sections whose shape belongs to other modules)
 
@@ -361,6 +389,15 @@ class _ReportBuilder:
         if isinstance(value, dict):
             if isinstance(value.get("columns"), list) and isinstance(value.get("rows"), list):
                 return [{"kind": "table", "title": title, "table": self.table(value["columns"], value["rows"], limits)}]
+            if isinstance(value.get("before"), dict) and isinstance(value.get("after"), dict):
+                # {"before": {...}, "after": {...}} reads best side by side.
+                keys = list(dict.fromkeys([*value["before"], *value["after"]]))
+                keys = [k for k in keys if is_scalar(value["before"].get(k)) and is_scalar(value["after"].get(k))]
+                rows = [[humanize(k), format_keyed(k, value["before"].get(k)), format_keyed(k, value["after"].get(k))]
+                        for k in keys]
+                out.append({"kind": "table", "title": title, "table": self.table(["", "before", "after"], rows, limits)})
+                title = None
+                value = {k: v for k, v in value.items() if k not in ("before", "after")}
             scalars = [(humanize(k), format_keyed(k, v, limits.cell_chars)) for k, v in value.items() if is_scalar(v)]
             scalar_lists = [
                 (humanize(k), ", ".join(format_cell(item, 80) for item in v[: limits.list_items])
@@ -377,7 +414,7 @@ class _ReportBuilder:
                 if depth >= 4:
                     out.append({"kind": "kv", "title": None, "items": [(humanize(key), format_cell(item, 200))]})
                     continue
-                inner = self.blocks(item, limits, budget, humanize(key), depth + 1)
+                inner = self.blocks(item, limits, budget, None, depth + 1)
                 if inner:
                     out.append({"kind": "section", "title": humanize(key), "blocks": inner, "depth": depth})
             if title and out and out[0].get("title") is None:
@@ -479,8 +516,12 @@ class _ReportBuilder:
             columns_absent = [c for c in known if c not in columns_present] if columns_present else []
         except ImportError:  # the store module is optional for rendering a saved document
             columns_absent = []
+        extra = {k: v for k, v in coverage.items()
+                 if k not in ("sources", "runs", "requests", "time_span", "models", "columns_present",
+                              "metrics_present")}
         return {
-            "sources": self.records_table(sources, replace(limits, table_rows=max(limits.table_rows, 10))),
+            "sources": self.records_table(_group_scrapes(sources), replace(limits, table_rows=max(limits.table_rows, 10))),
+            "source_files": len(sources),
             "bad_lines": sum(int(s.get("bad_lines") or 0) for s in sources),
             "runs": coverage.get("runs") or [],
             "requests": coverage.get("requests"),
@@ -492,9 +533,7 @@ class _ReportBuilder:
             "columns_present": columns_present,
             "columns_absent": columns_absent,
             "metrics_present": [str(m) for m in coverage.get("metrics_present") or []],
-            "extra": {k: v for k, v in coverage.items()
-                      if k not in ("sources", "runs", "requests", "time_span", "models", "columns_present",
-                                   "metrics_present")},
+            "extra": self.blocks(extra, limits, [0]) if extra else [],
         }
 
     def _finding(self, finding: dict, index: int, limits: Limits, budget: list[int]) -> dict:
@@ -522,8 +561,7 @@ class _ReportBuilder:
             "examples_total": len(examples),
             "remediation": finding.get("remediation"),
             "rollback": finding.get("rollback"),
-            "references": [{"url": r, "link": safe_link(r)} for r in (finding.get("references") or [])
-                           if isinstance(r, str)][:10],
+            "references": [reference(r) for r in (finding.get("references") or []) if isinstance(r, str)][:10],
         }
 
     def _compare(self, limits: Limits, budget: list[int]) -> dict:
@@ -545,13 +583,16 @@ class _ReportBuilder:
         for gate in gates:
             counts[str(gate.get("verdict"))] = counts.get(str(gate.get("verdict")), 0) + 1
         rollback = [
-            {"verdict": gate.get("verdict"), "critical": bool(gate.get("critical")), "text": gate["rollback_criterion"]}
+            {"verdict": gate.get("verdict"), "critical": bool(gate.get("critical")),
+             "name": str(gate.get("name") or f"{metric_name(gate.get('metric'))} {gate.get('statistic') or ''}"),
+             "text": gate.get("rollback_criterion"), "rule": gate.get("rule")}
             for _, gate in ordered
-            if isinstance(gate.get("rollback_criterion"), str) and gate["rollback_criterion"]
+            if gate.get("rollback_criterion") or gate.get("rule")
         ][: limits.gate_rows]
         before, after = doc.get("before") or {}, doc.get("after") or {}
         known = {"kind", "schema_version", "verdict", "reason", "before", "after", "coverage", "mix_shift", "gates",
-                 "improvements", "cohorts", "generated_at", "servlens_version", "policy", "warnings"}
+                 "improvements", "cohorts", "generated_at", "servlens_version", "policy", "warnings", "notes",
+                 "method"}
         cohorts = doc.get("cohorts") or []
         return {
             "title": "Release gate: " + " → ".join(
@@ -574,7 +615,9 @@ class _ReportBuilder:
             "cohorts": self.blocks(cohorts, limits, budget) if cohorts else [],
             "cohorts_total": len(cohorts) if isinstance(cohorts, list) else None,
             "policy": self.blocks(doc.get("policy"), limits, budget) if doc.get("policy") else [],
-            "warnings": [format_cell(w, 400) for w in doc.get("warnings") or []][: limits.list_items],
+            "warnings": [format_cell(w, 400) for w in [*(doc.get("warnings") or []), *(doc.get("notes") or [])]
+                         ][: limits.list_items],
+            "method": self.blocks(doc.get("method"), limits, budget) if doc.get("method") else [],
             "extra": self.blocks({k: v for k, v in doc.items() if k not in known}, limits, budget),
         }
 
@@ -637,7 +680,58 @@ class _ReportBuilder:
         }
 
 
+def _flatten_record(record: dict) -> dict:
+    flat: dict = {}
+    for key, value in record.items():
+        if key == "latency" and isinstance(value, dict):
+            for metric, sides in value.items():
+                if not isinstance(sides, dict):
+                    continue
+                before, after = sides.get("before") or {}, sides.get("after") or {}
+                for statistic in ("p50", "p99"):
+                    if statistic in before or statistic in after:
+                        flat[f"{metric_name(metric)} {statistic} before → after"] = (
+                            f"{format_seconds(before.get(statistic))} → {format_seconds(after.get(statistic))}")
+        elif isinstance(value, dict) and not _is_chart_value(value):
+            for inner_key, inner in value.items():
+                if is_scalar(inner):
+                    flat[f"{key} {inner_key}"] = inner
+        else:
+            flat[key] = value
+    return flat
+
+
+def _group_scrapes(sources: list[dict]) -> list[dict]:
+    """Request-log sources one per row; Prometheus scrapes (often one file a second) one row per folder and format."""
+    rows: list[dict] = []
+    groups: dict[tuple, dict] = {}
+    for source in sources:
+        if source.get("kind") != "metrics":
+            rows.append(source)
+            continue
+        path = str(source.get("path") or "")
+        folder = path.rsplit("/", 1)[0] + "/" if "/" in path else "./"
+        key = (folder, source.get("format"))
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {"path": path, "format": source.get("format"), "kind": "metrics", "rows": 0,
+                                   "bad_lines": 0, "_files": 0, "_folder": folder}
+            rows.append(group)
+        group["_files"] += 1
+        group["rows"] += int(source.get("rows") or 0)
+        group["bad_lines"] += int(source.get("bad_lines") or 0)
+    for row in rows:
+        if row.get("_files", 0) > 1:
+            row["path"] = f"{row['_folder']} ({row['_files']} scrape files)"
+    return [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
+
+
 def _side_value(key: str, value: Any, limits: Limits) -> str:
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "path" in v for v in value):
+        shown = [f"{v.get('path')} ({v.get('format') or 'unknown format'}, {format_number(v.get('rows'))} rows)"
+                 for v in value[: limits.list_items]]
+        more = f" … and {len(value) - len(shown)} more" if len(value) > len(shown) else ""
+        return "; ".join(shown) + more
     if isinstance(value, list):
         return ", ".join(format_cell(v, 80) for v in value[: limits.list_items])
     return format_keyed(key, value, limits.cell_chars)
