@@ -263,12 +263,20 @@ def _run_sql_detector(ctx: DetectorContext) -> dict:
     return result
 
 
-def evaluate(con: duckdb.DuckDBPyConnection, rule: Rule, scope: Scope, params: dict[str, Any],
-             relative_clock: bool = False, source_formats: set[str] | None = None) -> dict:
-    """One rule on one scope: the finding dict (docs/CONTRIBUTING.md shape)."""
+def prepare_scope(con: duckdb.DuckDBPyConnection, scope: Scope) -> tuple[set[str], set[str]]:
+    """Point the scope views at `scope`; the columns and metrics present in it (one scan, shared by all rules)."""
     set_scope_views(con, scope)
-    columns = present_columns(con)
-    metrics = present_metrics(con)
+    return present_columns(con), present_metrics(con)
+
+
+def evaluate(con: duckdb.DuckDBPyConnection, rule: Rule, scope: Scope, params: dict[str, Any],
+             relative_clock: bool = False, source_formats: set[str] | None = None,
+             presence: tuple[set[str], set[str]] | None = None) -> dict:
+    """One rule on one scope: the finding dict (docs/CONTRIBUTING.md shape).
+
+    `presence` is prepare_scope's result when the caller already pointed the views at this scope.
+    """
+    columns, metrics = presence if presence is not None else prepare_scope(con, scope)
     available = [req for req in rule.requires
                  if all(c in columns for c in req.columns) and all(m in metrics for m in req.metrics)]
     base = {
@@ -372,10 +380,11 @@ def analyze(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str] |
     relative = cover["time_span"]["relative_clock"]
     formats = {s["format"] for s in cover["sources"] if s["format"]}
     findings = []
+    params = {rule.id: validate_params(rule, (overrides or {}).get(rule.id, {}), "--set") for rule in rules}
     for scope in list_scopes(con, runs):
+        presence = prepare_scope(con, scope)
         for rule in rules:
-            params = validate_params(rule, (overrides or {}).get(rule.id, {}), "--set")
-            findings.append(evaluate(con, rule, scope, params, relative, formats))
+            findings.append(evaluate(con, rule, scope, params[rule.id], relative, formats, presence))
     return {
         "kind": "analyze",
         "schema_version": SCHEMA_VERSION,

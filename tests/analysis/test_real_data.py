@@ -154,6 +154,15 @@ def test_llamacpp_length_finishes_at_max_tokens_16(llamacpp):
     assert _finding(llamacpp, "SL002", "prefix_cache")["state"] == "not_evaluable"
 
 
+def test_vllm_length_share_from_the_logs_matches_the_engine_counter(vllm_cpu):
+    # Two independent sources: the client's finish_reason per request and vllm:request_success{finished_reason}.
+    for run in ("burst50", "poisson"):
+        m = _finding(vllm_cpu, "SL002", run)["evidence"]["metrics"]
+        assert m["length_share"] == pytest.approx(m["metric_length_share"], abs=1e-4)
+    # poisson: 4 of 60 requests failed with HTTP 400 (prompt over the context): not in the share.
+    assert _finding(vllm_cpu, "SL002", "poisson")["evidence"]["metrics"]["requests"] == 56
+
+
 def test_vllm_bench_random_runs_cannot_be_judged_for_length_finishes():
     doc = _analyze(REAL / "vllm-bench" / "random")
     requests_runs = [f for f in doc["findings"] if f["rule"] == "SL002" and f["scope"]["run"].startswith("random")]

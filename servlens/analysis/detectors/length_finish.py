@@ -21,7 +21,10 @@ from servlens.analysis.runner import DetectorContext
 
 CAPPED = ("(finish_reason = 'length' OR (completion_tokens IS NOT NULL AND max_tokens IS NOT NULL "
           "AND completion_tokens >= max_tokens))")
-KNOWN = "(finish_reason IS NOT NULL OR (completion_tokens IS NOT NULL AND max_tokens IS NOT NULL))"
+# Requests that finished: failed ones (HTTP errors, aborts, timeouts) produced no answer to cut, and vLLM's
+# request_success counter leaves them out too, so the share is over finished requests on both paths.
+KNOWN = ("(coalesce(status, 'ok') <> 'error' AND coalesce(finish_reason, '') NOT IN ('error', 'abort', 'timeout') "
+         "AND (finish_reason IS NOT NULL OR (completion_tokens IS NOT NULL AND max_tokens IS NOT NULL)))")
 REASONING_ATE = ("((content_empty AND reasoning_present) OR (reasoning_tokens IS NOT NULL AND completion_tokens > 0 "
                  "AND reasoning_tokens >= 0.9 * completion_tokens))")
 BENCH_FORMATS = ("vllm-bench", "sglang-bench", "guidellm")
@@ -70,6 +73,12 @@ def detect(ctx: DetectorContext) -> dict:
                "length_below_cap": s["length_below_cap"], "reasoning_ate_budget": s["reasoning_ate_budget"],
                "capped_with_empty_content": s["capped_empty_content"], "benchmark_run": benchmark,
                "target_length_share": p["max_length_share"]}
+
+    if ctx.has_metric("vllm:request_success"):
+        # The engine's own count over the same run, as a cross-check of the request logs.
+        counted = ctx.one("""SELECT sum(increase) AS n, sum(CASE WHEN labels['finished_reason'] = 'length' THEN increase END) AS length
+                             FROM scope_counter_increases WHERE name = 'vllm:request_success'""")
+        metrics["metric_length_share"] = rounded(ratio(counted.get("length") or 0, counted.get("n")))
 
     by_cap = ctx.rows(f"""
         WITH natural_out AS (SELECT completion_tokens AS c FROM scope_requests
