@@ -165,7 +165,7 @@ def detect_format(text: str) -> str:
 def parse_exposition(text: str, fmt: str | None = None) -> Exposition:
     """Parse one scrape; malformed lines become LineErrors, the rest becomes normalised rows (`Exposition.rows`)."""
     fmt = fmt or detect_format(text)
-    families: dict[str, Family] = {}
+    families: dict[str, Family] = _Families()
     errors: list[LineError] = []
     seen_eof = False
     lines = text.split("\n")
@@ -250,6 +250,8 @@ def _parse_comment(line: str, families: dict[str, Family], fmt: str) -> None:
             raise _LineProblem(f"# TYPE for {name} comes after its samples")
         family = families.setdefault(name, Family(name))
         family.type = mtype
+        if ":" in name and isinstance(families, _Families):
+            families.aliases.setdefault(_NOT_LEGACY_LABEL_CHAR.sub("_", name), family)
     elif keyword == "HELP":
         family = families.setdefault(name, Family(name))
         if family.help is not None:
@@ -265,14 +267,39 @@ def _family_for(sample_name: str, families: dict[str, Family]) -> tuple[Family, 
         return family, ""
     for suffix in _ALL_SUFFIXES:
         if sample_name.endswith(suffix):
-            base = families.get(sample_name[: -len(suffix)])
+            stem = sample_name[: -len(suffix)]
+            base = families.get(stem) or _escaped_family(stem, families)
             if base is not None and suffix in _ALLOWED_SUFFIXES.get(base.declared_type, ()):
                 return base, suffix
+    if family is not None:
+        return family, ""
+    family = _escaped_family(sample_name, families)
     if family is not None:
         return family, ""
     family = Family(sample_name)
     families[sample_name] = family
     return family, ""
+
+
+_NOT_LEGACY_LABEL_CHAR = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def _escaped_family(sample_name: str, families: dict[str, Family]) -> Family | None:
+    """The declared family whose name, escaped to underscores, is `sample_name`.
+
+    prometheus_client's OpenMetrics output (0.22+, default 'underscores' escaping) keeps `vllm:prompt_tokens` in
+    HELP/TYPE but writes the samples as `vllm_prompt_tokens_total`; the TYPE line tells us which family they are.
+    """
+    aliases = getattr(families, "aliases", None)
+    return aliases.get(sample_name) if aliases else None
+
+
+class _Families(dict):
+    """Families by name, plus their underscore-escaped names for those whose names hold ':'."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.aliases: dict[str, Family] = {}
 
 
 # Fast path for the common sample line (plain label values, no escapes, no quoted names); anything else, including
@@ -431,7 +458,7 @@ def _normalise(exposition: Exposition) -> None:
             if suffix == "_created" or sample.name in created:
                 exposition.created_dropped += 1
                 continue
-            base = _base_name(family, sample)
+            base = _base_name(family, suffix)
             planned.append((family, suffix, sample, base))
             if base not in METRIC_RENAMES:
                 native_bases.add(base)
@@ -460,11 +487,11 @@ def _normalise(exposition: Exposition) -> None:
     exposition.errors.sort(key=lambda e: e.line)
 
 
-def _base_name(family: Family, sample: RawSample) -> str:
+def _base_name(family: Family, suffix: str) -> str:
     ftype = family.declared_type
     if ftype == "counter":
         name = family.name
         return name[: -len("_total")] if name.endswith("_total") else name
     if ftype in ("histogram", "summary", "gaugehistogram"):
         return family.name
-    return sample.name  # gauge, untyped, info (`foo_info`), stateset: the exposed name
+    return family.name + suffix  # gauge, untyped, stateset: the family's name; info: `foo` + `_info`
