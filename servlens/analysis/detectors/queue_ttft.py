@@ -117,7 +117,7 @@ def detect(ctx: DetectorContext) -> dict:
     if per_request_wait:
         series.append({"name": "TTFT p99 without waiting (s)", "x": series[0]["x"], "y": [rounded(w["nowait_p99"]) for w in shown]})
         series.append({"name": "wait p99 (s)", "x": series[0]["x"], "y": [rounded(w["wait_p99"]) for w in shown]})
-    peak = _peak_window(ctx, base_where)
+    peak = _peak_window(ctx, base_where, windows)
     vspans = [{"x0": iso(spec.start(a)), "x1": iso(spec.start(b + 1)), "label": "queue-driven spike"}
               for a, b in merge_runs([w["w"] for w in queue_windows])]
     vspans += [{"x0": iso(spec.start(a)), "x1": iso(spec.start(b + 1)), "label": "prefill-driven spike"}
@@ -243,20 +243,30 @@ def _wait_source(ctx: DetectorContext) -> str:
     return "queue_s" if ctx.has("queue_s") else "ttft_s - prefill_s"
 
 
-def _peak_window(ctx: DetectorContext, base_where: str) -> dict | None:
-    """The peak_s-long stretch (starting at a window boundary) with the highest TTFT p99."""
+def _peak_window(ctx: DetectorContext, base_where: str, windows: list[dict]) -> dict | None:
+    """The peak_s-long stretch (starting at a window boundary) where TTFT was worst, with its exact TTFT p99.
+
+    The stretch is chosen from the per-window p99s (the request-weighted mean over the windows it covers: a few
+    dozen numbers, not rows), then one query computes its exact p99; an exact sliding p99 at every start would join
+    each request to every stretch that covers it.
+    """
     spec = ctx.window
-    offset = spec.offset_sql()
-    row = ctx.one(f"""
-        WITH r AS (SELECT ttft_s, {offset} AS off FROM scope_requests WHERE {base_where}),
-             starts AS (SELECT DISTINCT floor(off / {spec.width_s}) * {spec.width_s} AS s FROM r)
-        SELECT s, count(*) AS n, {q('ttft_s', 0.99)} AS ttft_p99
-        FROM starts JOIN r ON r.off >= starts.s AND r.off < starts.s + {spec.peak_s}
-        GROUP BY s ORDER BY ttft_p99 DESC, s LIMIT 1""")
-    if not row:
+    if not windows:
         return None
+    span = max(1, round(spec.peak_s / spec.width_s))
+    by_index = {w["w"]: w for w in windows}
+    best, best_score = None, None
+    for first in sorted(by_index):
+        covered = [by_index[i] for i in range(first, first + span) if i in by_index]
+        total = sum(w["n"] for w in covered)
+        score = sum(w["n"] * w["ttft_p99"] for w in covered) / total
+        if best_score is None or score > best_score:
+            best, best_score = first, score
+    lo, hi = best * spec.width_s, best * spec.width_s + spec.peak_s
+    row = ctx.one(f"""SELECT count(*) AS n, {q('ttft_s', 0.99)} AS ttft_p99 FROM scope_requests
+                      WHERE {base_where} AND {spec.offset_sql()} >= {lo} AND {spec.offset_sql()} < {hi}""")
     from datetime import timedelta
 
-    start = spec.t0 + timedelta(seconds=row["s"])
+    start = spec.t0 + timedelta(seconds=lo)
     return {"start": iso(start), "end": iso(start + timedelta(seconds=spec.peak_s)), "ttft_p99": row["ttft_p99"],
             "n": row["n"]}
