@@ -336,8 +336,12 @@ def simulate_chunk(sc: Scenario, chunk: int, t: np.ndarray, load: np.ndarray, ro
     start = sc.start_epoch + t
     start[retried] = start[retried - 1] + e2e_s[retried - 1] + 0.05
 
-    end = start + e2e_s
-    first = np.where(stream & ~error, start + ttft_s, end)  # LiteLLM: completionStartTime = endTime unless streamed
+    # Clocks read datetime.now(): microsecond resolution.
+    start = np.round(start, 6)
+    end = np.round(start + e2e_s, 6)
+    # LiteLLM: completionStartTime = endTime unless a stream was assembled (not on failures or response-cache hits)
+    streamed = stream & ~error & ~cache_hit
+    first = np.where(streamed, np.round(start + ttft_s, 6), end)
     order = np.argsort(end, kind="stable")  # callbacks fire when a call ends
     cols = {
         "row": np.arange(row0, row0 + n),
@@ -349,7 +353,7 @@ def simulate_chunk(sc: Scenario, chunk: int, t: np.ndarray, load: np.ndarray, ro
         "first": first,
         "end": end,
         "overhead_ms": np.round(overhead_s * 1000, 3),
-        "stream": stream & ~error,
+        "stream": streamed,
         "stream_requested": stream,
         "prompt_tokens": prompt_tokens,
         "cached_tokens": cached_tokens,
@@ -464,94 +468,158 @@ _COMMON = """
 
 
 def _usage_sql(reasoning_detail: str) -> str:
+    """The engine's own usage object (vLLM: prompt_tokens_details.cached_tokens with --enable-prompt-tokens-details)."""
     return f"""json_object(
+        'prompt_tokens', prompt_tokens, 'total_tokens', prompt_tokens + completion_tokens,
+        'completion_tokens', completion_tokens,
+        'prompt_tokens_details', json_object('cached_tokens', cached_tokens),
+        'completion_tokens_details', {reasoning_detail})"""
+
+
+_REASONING_DETAIL = "CASE WHEN reasoning AND NOT leak THEN json_object('reasoning_tokens', reasoning_tokens) END"
+
+# LiteLLM's normalised Usage, as it writes it into `response.usage` (litellm 1.110, recorded in tests/data/gateways/).
+_LITELLM_USAGE = """json_object(
         'completion_tokens', completion_tokens, 'prompt_tokens', prompt_tokens,
         'total_tokens', prompt_tokens + completion_tokens,
-        'completion_tokens_details', {reasoning_detail},
-        'prompt_tokens_details', json_object('audio_tokens', NULL, 'cached_tokens', cached_tokens,
-                                             'text_tokens', NULL, 'image_tokens', NULL))"""
+        'completion_tokens_details', json_object('accepted_prediction_tokens', NULL, 'audio_tokens', NULL,
+            'reasoning_tokens', reasoning_tokens, 'rejected_prediction_tokens', NULL,
+            'text_tokens', completion_tokens - reasoning_tokens, 'image_tokens', NULL, 'video_tokens', NULL),
+        'prompt_tokens_details', json_object('audio_tokens', NULL, 'cached_tokens', cached_tokens, 'image_tokens', NULL,
+            'text_tokens', NULL, 'video_tokens', NULL, 'initial_prompt_tokens', NULL))"""
 
-
-_REASONING_DETAIL = """CASE WHEN reasoning AND NOT leak THEN json_object('accepted_prediction_tokens', NULL,
-        'audio_tokens', NULL, 'reasoning_tokens', reasoning_tokens, 'rejected_prediction_tokens', NULL,
-        'text_tokens', NULL) END"""
+# error_information keys the newest LiteLLM adds after error_message (null unless a budget or rate limit tripped)
+_ERROR_NULL_KEYS = (
+    "error_provider_request_id", "error_rate_limit_category", "error_rate_limit_type", "error_budget_entity_type",
+    "error_budget_entity_id", "error_budget_limit", "error_budget_spend", "error_cooldown_deployments",
+    "normalized_error",
+)
+_METADATA_NULL_KEYS = (
+    "user_api_key_spend", "user_api_key_max_budget", "user_api_key_budget_reset_at", "user_api_key_user_spend",
+    "user_api_key_user_max_budget", "user_api_key_team_spend", "user_api_key_team_max_budget",
+)
 
 
 def litellm_sql(timeout: float) -> str:
+    """One StandardLoggingPayload per row, keys in the order litellm 1.110 writes them (tests/data/gateways/)."""
     usage = _usage_sql(_REASONING_DETAIL)
     message = """json_object('content', content, 'role', 'assistant', 'tool_calls', tool_calls, 'function_call', NULL)"""
     message_reasoning = """json_object('content', content, 'role', 'assistant', 'tool_calls', tool_calls,
         'function_call', NULL, 'reasoning_content', reasoning_content, 'provider_specific_fields',
         json_object('reasoning_content', reasoning_content))"""
+    meta_nulls = ", ".join(f"'{k}', NULL" for k in _METADATA_NULL_KEYS)
+    error_nulls = ", ".join(f"'{k}', NULL" for k in _ERROR_NULL_KEYS)
     return f"""
 WITH b AS (SELECT {_BASE}, {_COMMON} {_JOINED}),
 p AS (SELECT *,
-    CASE WHEN cache_hit THEN 'chatcmpl-' || hex_id || '_cache_hit' || "end"::VARCHAR ELSE 'chatcmpl-' || hex_id END AS resp_id,
-    CASE WHEN failed THEN 0 ELSE round((prompt_tokens - cached_tokens) * 1.5e-7 + cached_tokens * 0.75e-7
-                                       + completion_tokens * 6e-7, 10) END AS cost,
-    CASE WHEN failed THEN NULL ELSE {usage} END AS usage_obj
+    CASE WHEN failed THEN 0.0 ELSE round((prompt_tokens - cached_tokens) * 1.5e-7 + cached_tokens * 0.75e-7
+                                         + completion_tokens * 6e-7, 10) END AS cost,
+    CASE WHEN failed THEN json_object() ELSE {usage} END AS usage_obj,
+    substr(hex_call, 1, 8) || '-' || substr(hex_call, 9, 4) || '-4' || substr(hex_call, 14, 3) || '-a'
+      || substr(hex_call, 18, 3) || '-' || substr(hex_call, 21, 12) AS call_uuid
   FROM b)
 SELECT
-  resp_id AS id,
-  substr(hex_trace, 1, 8) || '-' || substr(hex_trace, 9, 4) || '-' || substr(hex_trace, 13, 4) || '-'
-    || substr(hex_trace, 17, 4) || '-' || substr(hex_trace, 21, 12) AS trace_id,
-  substr(hex_call, 1, 8) || '-' || substr(hex_call, 9, 4) || '-' || substr(hex_call, 13, 4) || '-'
-    || substr(hex_call, 17, 4) || '-' || substr(hex_call, 21, 12) AS litellm_call_id,
+  -- the provider's id; a failed attempt has none and logs its call id; a cache hit rewrites the id
+  CASE WHEN failed THEN call_uuid
+       WHEN cache_hit THEN 'chatcmpl-' || hex_id || '_cache_hit' || "end"::VARCHAR
+       ELSE 'chatcmpl-' || hex_id END AS id,
+  call_uuid AS litellm_call_id,
+  substr(hex_trace, 1, 8) || '-' || substr(hex_trace, 9, 4) || '-4' || substr(hex_trace, 14, 3) || '-b'
+    || substr(hex_trace, 18, 3) || '-' || substr(hex_trace, 21, 12) AS trace_id,
+  '' AS session_id,
   'acompletion' AS call_type,
-  CASE WHEN stream THEN true END AS stream,
-  CASE WHEN cache_hit THEN 0.0 ELSE cost END AS response_cost,
+  CASE WHEN cache_hit THEN true WHEN failed OR stream THEN false END AS cache_hit,
+  CASE WHEN stream AND NOT cache_hit THEN true END AS stream,
   CASE WHEN failed THEN 'failure' ELSE 'success' END AS status,
   {{'llm_api_status': CASE WHEN failed THEN 'failure' ELSE 'success' END, 'guardrail_status': 'not_run'}} AS status_fields,
   'hosted_vllm' AS custom_llm_provider,
-  CASE WHEN failed THEN 0 ELSE prompt_tokens + completion_tokens END AS total_tokens,
-  CASE WHEN failed THEN 0 ELSE prompt_tokens END AS prompt_tokens,
-  CASE WHEN failed THEN 0 ELSE completion_tokens END AS completion_tokens,
+  CASE WHEN cache_hit THEN cost ELSE 0.0 END AS saved_cache_cost,
   start AS startTime,
   "end" AS endTime,
   "first" AS completionStartTime,
-  CASE WHEN stream THEN "first" - start ELSE "end" - start END AS response_time,
-  {{'model_map_key': litellm_model, 'model_map_value': NULL::JSON}} AS model_map_information,
+  CASE WHEN stream AND NOT cache_hit THEN "first" - start ELSE "end" - start END AS response_time,
   litellm_model AS model,
-  model_id,
-  group_name AS model_group,
-  api_base,
-  json_object('user_api_key_hash', key_hash, 'user_api_key_alias', team || '-prod', 'user_api_key_spend', NULL,
-              'user_api_key_max_budget', NULL, 'user_api_key_team_id', 'team-' || team,
-              'user_api_key_org_id', NULL, 'user_api_key_user_id', NULL, 'user_api_key_team_alias', team,
-              'user_api_key_user_email', NULL, 'user_api_key_end_user_id', NULL,
+  json_object('user_api_key_hash', key_hash, 'user_api_key_alias', team || '-prod', {meta_nulls},
+              'user_api_key_team_id', 'team-' || team, 'user_api_key_org_id', NULL, 'user_api_key_org_alias', NULL,
+              'user_api_key_project_id', NULL, 'user_api_key_project_alias', NULL, 'user_api_key_user_id', NULL,
+              'user_api_key_team_alias', team, 'user_api_key_user_email', NULL, 'user_api_key_end_user_id', NULL,
               'user_api_key_request_route', '/v1/chat/completions', 'spend_logs_metadata', NULL,
-              'requester_ip_address', ip, 'requester_metadata', json_object(), 'prompt_management_metadata', NULL,
-              'applied_guardrails', json_array(), 'mcp_tool_call_metadata', NULL,
-              'vector_store_request_metadata', NULL, 'usage_object', usage_obj, 'cold_storage_object_key', NULL) AS metadata,
-  CASE WHEN cache_hit THEN true ELSE false END AS cache_hit,
+              'requester_ip_address', ip, 'user_agent', 'OpenAI/Python 1.54.4', 'requester_metadata', json_object(),
+              'prompt_management_metadata', NULL, 'applied_guardrails', json_array(), 'mcp_tool_call_metadata', NULL,
+              'vector_store_request_metadata', NULL, 'routing_decision', NULL, 'usage_object', usage_obj,
+              'requester_custom_headers', NULL, 'cold_storage_object_key', NULL, 'user_api_key_auth_metadata', NULL,
+              'team_alias', NULL, 'team_id', NULL, 'kubernetes_pod_routing', NULL, 'used_client_oauth_token', NULL)
+    AS metadata,
   CASE WHEN cache_hit THEN md5('ck-' || row) END AS cache_key,
-  CASE WHEN cache_hit THEN cost ELSE 0.0 END AS saved_cache_cost,
-  ['team:' || team, 'User-Agent: OpenAI/Python 1.54.4'] AS request_tags,
-  '' AS end_user,
+  false AS cost_finalized,
+  CASE WHEN cache_hit THEN 0.0 ELSE cost END AS response_cost,
+  CASE WHEN failed THEN NULL
+       ELSE json_object('total_cost', CASE WHEN cache_hit THEN 0.0 ELSE cost END, 'service_tier', NULL,
+                        'data_residency', NULL, 'vertex_location', NULL,
+                        'input_cost', CASE WHEN cache_hit THEN 0.0 ELSE round(cost - completion_tokens * 6e-7, 10) END,
+                        'output_cost', CASE WHEN cache_hit THEN 0.0 ELSE round(completion_tokens * 6e-7, 10) END,
+                        'tool_usage_cost', 0.0, 'original_cost', CASE WHEN cache_hit THEN 0.0 ELSE cost END,
+                        'discount_percent', 0.0, 'discount_amount', 0.0, 'margin_percent', 0.0,
+                        'margin_fixed_amount', 0.0, 'margin_total_amount', 0.0) END AS cost_breakdown,
+  NULL::JSON AS autorouter_savings,
+  NULL::JSON AS autorouter_savings_estimate,
+  NULL::JSON AS autorouter_baseline_observation,
+  CASE WHEN failed THEN 0 ELSE prompt_tokens + completion_tokens END AS total_tokens,
+  CASE WHEN failed THEN 0 ELSE prompt_tokens END AS prompt_tokens,
+  CASE WHEN failed THEN 0 ELSE completion_tokens END AS completion_tokens,
+  ['team:' || team] AS request_tags,
+  []::VARCHAR[] AS request_model_access_groups,
+  NULL::VARCHAR AS end_user,
+  api_base,
+  group_name AS model_group,
+  model_id,
   ip AS requester_ip_address,
+  'OpenAI/Python 1.54.4' AS user_agent,
   messages,
   CASE WHEN failed THEN json_object()
        ELSE json_object('id', 'chatcmpl-' || hex_id, 'created', floor(start)::BIGINT, 'model', served,
                         'object', 'chat.completion', 'system_fingerprint', NULL,
                         'choices', json_array(json_object('finish_reason', finish, 'index', 0,
-                            'message', CASE WHEN reasoning THEN {message_reasoning} ELSE {message} END)),
-                        'usage', usage_obj) END AS response,
+                            'message', CASE WHEN reasoning THEN {message_reasoning} ELSE {message} END,
+                            'provider_specific_fields', json_object())),
+                        'usage', {_LITELLM_USAGE}) END AS response,
+  -- the client's request parameters; a response-cache hit logs none
+  CASE WHEN cache_hit THEN json_object()
+       ELSE json_merge_patch(
+         json_object('temperature', temperature, 'stream', stream_requested),
+         CASE WHEN stream_requested THEN json_object('stream_options', json_object('include_usage', true))
+              ELSE json_object() END,
+         CASE WHEN max_tokens > 0 THEN json_object('max_tokens', max_tokens) ELSE json_object() END) END
+    AS model_parameters,
+  CASE WHEN failed
+       THEN json_object('model_id', NULL, 'cache_key', NULL, 'api_base', NULL, 'response_cost', 0.0,
+                        'additional_headers', NULL, 'litellm_overhead_time_ms', NULL, 'batch_models', NULL,
+                        'batch_successful_requests', NULL, 'batch_failed_requests', NULL,
+                        'litellm_model_name', NULL, 'usage_object', NULL)
+       ELSE json_object('model_id', model_id, 'cache_key', NULL, 'api_base', api_base,
+                        'response_cost', CASE WHEN cache_hit THEN 0.0 ELSE cost END,
+                        'additional_headers', CASE WHEN cache_hit
+                            THEN json_object('x-litellm-model-group', group_name, 'x-litellm-attempted-retries', 0,
+                                             'x-litellm-attempted-fallbacks', 0)
+                            WHEN stream THEN json_object('llm_provider-date', strftime(to_timestamp(floor(start)), '%a, %d %b %Y %H:%M:%S GMT'),
+                                             'llm_provider-server', 'uvicorn', 'llm_provider-content-type', 'text/event-stream; charset=utf-8',
+                                             'llm_provider-transfer-encoding', 'chunked')
+                            ELSE json_object('llm_provider-date', strftime(to_timestamp(floor("end")), '%a, %d %b %Y %H:%M:%S GMT'),
+                                             'llm_provider-server', 'uvicorn', 'llm_provider-content-type', 'application/json',
+                                             'x-litellm-model-group', group_name, 'x-litellm-attempted-retries', attempt,
+                                             'x-litellm-attempted-fallbacks', 0) END,
+                        'litellm_overhead_time_ms', overhead_ms, 'batch_models', NULL,
+                        'batch_successful_requests', NULL, 'batch_failed_requests', NULL,
+                        'litellm_model_name', litellm_model, 'usage_object', NULL) END AS hidden_params,
+  {{'model_map_key': litellm_model, 'model_map_value': NULL::JSON}} AS model_map_information,
   CASE WHEN failed THEN error_text END AS error_str,
   CASE WHEN failed THEN json_object('error_code', code, 'error_class', cls, 'llm_provider', 'hosted_vllm',
-                                    'traceback', 'Traceback (most recent call last):\n  File "litellm/main.py", line 477, in acompletion\n    response = await init_response\nlitellm.exceptions.' || cls,
-                                    'error_message', error_text)
-       ELSE json_object('error_code', '', 'error_class', '', 'llm_provider', '', 'traceback', '', 'error_message', '') END
-    AS error_information,
-  json_merge_patch(
-    CASE WHEN max_tokens > 0 THEN json_object('max_tokens', max_tokens) ELSE json_object() END,
-    CASE WHEN stream_requested THEN json_object('temperature', temperature, 'stream', true,
-                                                'stream_options', json_object('include_usage', true))
-         ELSE json_object('temperature', temperature) END) AS model_parameters,
-  json_object('model_id', model_id, 'cache_key', NULL, 'api_base', api_base,
-              'response_cost', CASE WHEN cache_hit THEN 0.0 ELSE cost END,
-              'additional_headers', json_object(), 'litellm_overhead_time_ms', overhead_ms, 'batch_models', NULL,
-              'litellm_model_name', litellm_model, 'usage_object', NULL) AS hidden_params,
+                                    'traceback', '  File "litellm/main.py", line 1002, in acompletion\n    raise exception_type(\nlitellm.exceptions.' || cls,
+                                    'error_message', error_text, {error_nulls})
+       ELSE json_object('error_code', '', 'error_class', '', 'llm_provider', '', 'traceback', '', 'error_message', '',
+                        {error_nulls}) END AS error_information,
   NULL::JSON AS response_cost_failure_debug_info,
+  NULL::JSON AS zero_cost_diagnostic,
   NULL::JSON AS guardrail_information,
   {{'web_search_options': NULL::JSON, 'file_search': NULL::JSON}} AS standard_built_in_tools_params
 FROM p
@@ -646,7 +714,7 @@ def _write_chunk(con: duckdb.DuckDBPyConnection, fmt: str, sc: Scenario, chunk_d
     con.unregister("chunk")
 
 
-def generate(sc: Scenario, fmt: str, out: Path, gz: bool | None = None) -> dict:
+def generate(sc: Scenario, fmt: str, out: Path, gz: bool | None = None, compresslevel: int = 6) -> dict:
     """Write ``sc.requests`` requests in ``fmt`` to ``out`` (gzip when ``gz`` or the name ends in .gz); return a summary."""
     if fmt not in FORMATS:
         raise SystemExit(f"bad --format {fmt!r}: one of {', '.join(FORMATS)}")
@@ -662,7 +730,7 @@ def generate(sc: Scenario, fmt: str, out: Path, gz: bool | None = None) -> dict:
         con.register(name, frame)
     counts = {"requests": 0, "errors": 0, "length": 0, "streamed": 0}
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        sink = gzip.GzipFile(out, "wb", compresslevel=6, mtime=0) if gz else open(out, "wb")
+        sink = gzip.GzipFile(out, "wb", compresslevel=compresslevel, mtime=0) if gz else open(out, "wb")
         with sink:
             for chunk, row0 in enumerate(range(0, sc.requests, CHUNK_ROWS)):
                 t = offsets[row0:row0 + CHUNK_ROWS]

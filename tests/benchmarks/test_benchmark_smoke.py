@@ -57,6 +57,22 @@ def _hour(row: dict, sc: generate.Scenario) -> float:
     return (row["startTime"] - sc.start_epoch) / 3600.0
 
 
+def test_litellm_payload_keys_match_a_recorded_litellm(litellm_day):
+    """Key order and nesting as litellm 1.110 wrote them through a real Router (tests/data/gateways/)."""
+    _, rows, _ = litellm_day
+    real = _rows(REPO / "tests/data/gateways/litellm_slp_recorded.jsonl")
+    for mine in (rows[0], next(r for r in rows if r["status"] == "failure")):
+        assert list(mine) == list(real[0])
+        assert list(mine["metadata"]) == list(real[0]["metadata"])
+        assert list(mine["error_information"]) == list(real[0]["error_information"])
+        assert sorted(mine["hidden_params"]) == sorted(real[0]["hidden_params"])
+    streamed = next(r for r in real if r["stream"])
+    ours = next(r for r in rows if r["stream"])
+    for part in ("completion_tokens_details", "prompt_tokens_details"):
+        assert list(ours["response"]["usage"][part]) == list(streamed["response"]["usage"][part])
+    assert ours["model_parameters"]["stream_options"] == streamed["model_parameters"]["stream_options"]
+
+
 def test_litellm_payload_fields_follow_litellm(litellm_day):
     _, rows, _ = litellm_day
     assert len(rows) == 6000
@@ -72,22 +88,26 @@ def test_litellm_payload_fields_follow_litellm(litellm_day):
             assert r["response"] == {} and r["prompt_tokens"] == 0 and r["completion_tokens"] == 0
             assert r["error_information"]["error_code"] in {"400", "408", "429", "500", "503"}
             assert r["error_str"] == r["error_information"]["error_message"]
-            assert r["metadata"]["usage_object"] is None
+            assert r["metadata"]["usage_object"] == {}
         else:
             assert r["status"] == "success"
-            assert set(r["error_information"].values()) == {""}
-            usage = r["metadata"]["usage_object"]
-            assert usage == r["response"]["usage"]
-            assert 0 <= usage["prompt_tokens_details"]["cached_tokens"] <= r["prompt_tokens"]
+            info = r["error_information"]
+            assert {info[k] for k in ("error_code", "error_class", "llm_provider", "traceback", "error_message")} == {""}
+            usage, normalised = r["metadata"]["usage_object"], r["response"]["usage"]
+            for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+                assert usage[key] == normalised[key] == r[key]
+            cached = usage["prompt_tokens_details"]["cached_tokens"]
+            assert cached == normalised["prompt_tokens_details"]["cached_tokens"]
+            assert 0 <= cached <= r["prompt_tokens"]
             finish = r["response"]["choices"][0]["finish_reason"]
-            if finish == "length":
+            if finish == "length" and not r["cache_hit"]:
                 assert r["completion_tokens"] == r["model_parameters"]["max_tokens"]
+            assert r["hidden_params"]["litellm_overhead_time_ms"] > 0.5  # milliseconds, not seconds
         assert r["total_tokens"] == r["prompt_tokens"] + r["completion_tokens"]
         assert r["model_group"] in {m.group for m in generate.MODELS}
         assert r["model"].startswith("hosted_vllm/")
-        assert r["hidden_params"]["litellm_overhead_time_ms"] > 0.5  # milliseconds, not seconds
         if r["cache_hit"]:
-            assert "_cache_hit" in r["id"]
+            assert "_cache_hit" in r["id"] and r["model_parameters"] == {} and r["stream"] is None
     statuses = [r["status"] for r in rows]
     assert 0.003 < statuses.count("failure") / len(rows) < 0.05
     assert 0.6 < sum(r["stream"] is True for r in rows) / len(rows) < 0.8
@@ -197,7 +217,8 @@ def test_harness_smoke(tmp_path):
     if available["compare"]:
         assert m["compare"].exit_codes[0] in (0, 1, 3), m["compare"].note
     table = run.tables([result], 1)
-    assert "| 2000 | " not in table and "| 2k | 11 MB | scan |" in table
+    assert "| 2000 | " not in table
+    assert f"| 2k | {result['file_bytes'] / 1e6:.0f} MB | scan | {m['scan'].median:.2f} |" in table
     out = tmp_path / "RESULTS.md"
     run.write_results(out, [result], ["--smoke"], 1, table, 0)
     assert "Command: `python benchmarks/run.py --smoke`" in out.read_text()
