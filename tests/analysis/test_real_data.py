@@ -64,7 +64,10 @@ def test_llamacpp_burst_of_50_is_a_queue_driven_cold_start_spike(llamacpp):
     # llamacpp:requests_deferred saw the queue; --parallel 4 caps the busy slots.
     assert m["waiting_max"] > 30 and m["running_max"] == 4
     assert len(f["examples"]) == 5 and all(e["source"].endswith("requests.jsonl") and e["line"] for e in f["examples"])
-    assert f["evidence"]["chart"]["type"] == "line" and f["evidence"]["chart"]["x_time"] is True
+    # One burst is one window: the chart shows each request's TTFT and its no-wait part instead of a one-point line.
+    chart = f["evidence"]["chart"]
+    assert chart["type"] == "scatter" and [s["name"] for s in chart["series"]] == ["TTFT (s)", "TTFT without waiting (s)"]
+    assert len(chart["series"][0]["x"]) == m["requests"] and max(chart["series"][0]["y"]) == pytest.approx(m["worst_ttft_p99_s"], rel=0.05)
     assert "roll back if it does not fall below" in f["rollback"]
 
 

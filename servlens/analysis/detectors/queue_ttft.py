@@ -124,9 +124,25 @@ def detect(ctx: DetectorContext) -> dict:
                for a, b in merge_runs([w["w"] for w in prefill_windows])]
     if peak:
         vspans.append({"x0": peak["start"], "x1": peak["end"], "label": f"peak {spec.peak_s:g} s window"})
-    the_chart = chart("line", "TTFT p99 per window", "time", "TTFT (s)", series, x_time=True,
-                      hlines=[{"y": rounded(threshold), "label": f"spike line ({p['spike_ratio']:g}x no-wait TTFT p50)"}],
-                      vspans=vspans)
+    hline = [{"y": rounded(threshold), "label": f"spike line ({p['spike_ratio']:g}x no-wait TTFT p50)"}]
+    if len(shown) >= 5 or not per_request_wait:
+        the_chart = chart("line", "TTFT p99 per window", "time", "TTFT (s)", series, x_time=True, hlines=hline,
+                          vspans=vspans)
+    else:
+        # A run of a few windows (one burst): a line through 1-4 points says nothing, so show each request's TTFT
+        # and the part of it that was not waiting, in arrival order (at most 300 requests, evenly spaced).
+        found = ctx.rows(f"""
+            WITH r AS (SELECT ttft_s, ttft_s - {WAIT_EXPR} AS nowait,
+                              row_number() OVER (ORDER BY t_at, source_line, request_id) AS k,
+                              count(*) OVER () AS total
+                       FROM scope_requests WHERE {base_where})
+            SELECT k, ttft_s, nowait FROM r WHERE (k - 1) % CAST(ceil(total / 300.0) AS INTEGER) = 0 ORDER BY k""")
+        x = [row["k"] for row in found]
+        the_chart = chart("scatter", "TTFT per request in arrival order, and its part without waiting",
+                          "request (arrival order)", "TTFT (s)",
+                          [{"name": "TTFT (s)", "x": x, "y": [rounded(r["ttft_s"]) for r in found]},
+                           {"name": "TTFT without waiting (s)", "x": x, "y": [rounded(r["nowait"]) for r in found]}],
+                          hlines=hline)
 
     metrics = {
         "requests": n, "window_s": spec.width_s, "windows": len(windows),
