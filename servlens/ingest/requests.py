@@ -84,6 +84,7 @@ def ingest_request_file(
     start: datetime | None = None,
     tz: str | None = None,
     json_multiline: bool = False,
+    safe: bool = False,
 ) -> SourceResult:
     """Ingest `path` with `profile` into the store. Same content in the same run is skipped; a changed file at the
     same path replaces that source's rows; everything for this file happens in one transaction."""
@@ -97,6 +98,7 @@ def ingest_request_file(
         start=start,
         tz=tz,
         json_multiline=json_multiline,
+        safe=safe,
     )
     compiled = compile_profile(profile, opts)
     relative = profile.clock == "relative" and start is None
@@ -110,6 +112,13 @@ def ingest_request_file(
     try:
         runs = [run] if run is not None else (
             _runs_in_file(con, compiled, opts.default_run) if profile.run else [opts.default_run]
+        )
+    except (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.OutOfRangeException) as exc:
+        if safe:
+            raise _profile_error(profile, path, exc) from exc
+        return ingest_request_file(
+            con, path, profile, run=run, keep_text=keep_text, strict=strict, start=start, tz=tz,
+            json_multiline=json_multiline, safe=True,
         )
     except duckdb.Error as exc:
         raise _profile_error(profile, path, exc) from exc
@@ -141,6 +150,15 @@ def ingest_request_file(
         sql = compiled.select(source_id_sql=source_case, where_sql=where)
         try:
             con.execute(f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)})\n{sql}")
+        except (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.OutOfRangeException) as exc:
+            if opts.safe:
+                raise _profile_error(profile, path, exc) from exc
+            # A value an expression cannot convert: redo this file with every expression in try() (slower, exact).
+            con.execute("ROLLBACK")
+            return ingest_request_file(
+                con, path, profile, run=run, keep_text=keep_text, strict=strict, start=start, tz=tz,
+                json_multiline=json_multiline, safe=True,
+            )
         except duckdb.Error as exc:
             raise _profile_error(profile, path, exc) from exc
         id_list = ", ".join(str(v) for v in ids.values())
@@ -148,7 +166,8 @@ def ingest_request_file(
             f"""INSERT INTO ingest_errors (source_id, path, line, byte_length, reason, keys_seen, excerpt)
             SELECT source_id, ?, source_line, CAST(attrs->>'$.byte_length' AS BIGINT), attrs->>'$.reason',
                    attrs->>'$.keys_seen', attrs->>'$.excerpt'
-            FROM requests WHERE source_id IN ({id_list}) AND status = '{BAD_ROW_STATUS}'""",
+            FROM requests WHERE source_id IN ({id_list}) AND status = '{BAD_ROW_STATUS}'
+              AND attrs->>'$.reason' <> 'blank'""",
             [str(path)],
         )
         con.execute(f"DELETE FROM requests WHERE source_id IN ({id_list}) AND status = '{BAD_ROW_STATUS}'")
