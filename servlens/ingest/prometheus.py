@@ -195,7 +195,7 @@ def parse_exposition(text: str, fmt: str | None = None) -> Exposition:
     if fmt == OPENMETRICS_FORMAT and not seen_eof:
         errors.append(LineError(len(lines) + 1, 0, "no '# EOF' at the end: the OpenMetrics scrape may be truncated", ""))
     exposition = Exposition(fmt, families, errors)
-    _normalise(exposition)
+    _normalise(exposition, lines)
     return exposition
 
 
@@ -445,7 +445,7 @@ def _parse_timestamp(token: str, fmt: str, name: str) -> float:
 # normalisation
 
 
-def _normalise(exposition: Exposition) -> None:
+def _normalise(exposition: Exposition, lines: list[str]) -> None:
     families = exposition.families
     sample_names = {s.name for f in families.values() for _, s in f.samples}
     family_types = {f.name: f.declared_type for f in families.values()}
@@ -463,6 +463,7 @@ def _normalise(exposition: Exposition) -> None:
             if base not in METRIC_RENAMES:
                 native_bases.add(base)
     rows = exposition.rows
+    seen: dict[tuple, int] = {}
     for family, suffix, sample, base in planned:
         name = normalise_name(base)
         if name != base and name in native_bases:
@@ -481,7 +482,13 @@ def _normalise(exposition: Exposition) -> None:
                 series = "quantile"
                 le = _parse_float(labels.pop("quantile"), f"quantile of {sample.name}")
         except _LineProblem as problem:
-            exposition.errors.append(LineError(sample.line, 0, str(problem), ""))
+            exposition.errors.append(_error(sample.line, lines[sample.line - 1], str(problem)))
+            continue
+        identity = (sample.name, frozenset(sample.labels.items()), sample.timestamp)
+        first_line = seen.setdefault(identity, sample.line)
+        if first_line != sample.line:
+            # Prometheus rejects a scrape with a repeated series; we keep the first and report the repeat
+            exposition.errors.append(_error(sample.line, lines[sample.line - 1], f"repeats the sample at line {first_line}"))
             continue
         rows.append(name, sample.name, mtype, series, le, labels, sample.value, sample.timestamp, sample.line)
     exposition.errors.sort(key=lambda e: e.line)

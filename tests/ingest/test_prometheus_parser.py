@@ -202,6 +202,7 @@ def test_malformed_lines_are_reported_with_line_numbers_and_the_rest_is_kept():
         'hist_bucket{le="abc"} 1\n'
         "three fields here 1\n"
         "good3 4\n"
+        "good 5\n"
     )
     expo = parse_exposition(text)
     assert [(e.line, e.reason) for e in expo.errors] == [
@@ -212,6 +213,10 @@ def test_malformed_lines_are_reported_with_line_numbers_and_the_rest_is_kept():
         (7, "label a appears twice"),
         (9, "le of hist_bucket is not a number: 'abc'"),
         (10, "sample three has 3 fields after the labels (value and optional timestamp expected)"),
+        (12, "repeats the sample at line 2"),
+    ]
+    assert [(e.line, e.byte_length, e.text) for e in expo.errors if e.line in (9, 12)] == [
+        (9, 23, 'hist_bucket{le="abc"} 1'), (12, 6, "good 5")
     ]
     assert [(r["name"], r["value"]) for r in rows_of(expo)] == [("good", 1.0), ("good3", 4.0)]
 
