@@ -280,13 +280,19 @@ def _plain_log_ticks(axis, limits: tuple[float, float]) -> None:
     labelled too, or it would carry one or two labels only."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+    from matplotlib.ticker import NullLocator
+
     plain = FuncFormatter(lambda value, _pos: f"{value:g}")
     axis.set_major_formatter(plain)
-    # Minor ticks at 2× and 5× only: enough to read a log axis, a third of the tick objects to draw.
-    axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
     low, high = limits
-    short = low > 0 and high / low < 100
-    axis.set_minor_formatter(plain if short else NullFormatter())
+    if low > 0 and high / low < 100:
+        # Minor ticks at 2× and 5× only, labelled: enough to read a short log axis.
+        axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+        axis.set_minor_formatter(plain)
+    else:
+        # Decades are enough on a long axis; every tick object costs drawing time.
+        axis.set_minor_locator(NullLocator())
+        axis.set_minor_formatter(NullFormatter())
 
 
 def _bar_width(xs: list[float]) -> float:
