@@ -324,3 +324,21 @@ def test_spendlogs_agree_with_the_payloads_of_the_same_calls(slp, spend):
             other["prompt_tokens"], other["completion_tokens"], other["status"])
         assert row["deployment"] == other["deployment"]
     assert matched == 9
+
+
+def test_spendlogs_payload_dicts_with_string_metadata_and_zoned_times():
+    """LiteLLM's own SpendLogsPayload (metadata as a JSON string, ISO times with +00:00, microseconds) reads like
+    the Postgres export of the same rows, at microsecond instead of millisecond precision."""
+    payloads = DATA / "recording" / "spendlogs_payloads.jsonl"
+    raw = [json.loads(line) for line in payloads.read_text().splitlines()]
+    assert isinstance(raw[0]["metadata"], str) and raw[0]["startTime"].endswith("+00:00")
+    _, report, rows = _ingest(payloads, from_format="litellm-spendlogs-json")
+    _, _, exported = _ingest(SPEND_JSONL)
+    assert report.to_dict()["sources"][0]["bad_lines"] == 0
+    for r, row, exp in zip(raw, rows, exported):
+        start = datetime.fromisoformat(r["startTime"]).astimezone(timezone.utc).replace(tzinfo=None)
+        assert row["t_arrival"] == start
+        assert abs((row["t_arrival"] - exp["t_arrival"]).total_seconds()) <= 0.0005
+        for column in ("status", "http_status", "error_type", "error_message", "prompt_tokens", "cached_tokens",
+                       "completion_tokens", "fallback_from", "stream", "cache_hit", "model", "deployment"):
+            assert row[column] == exp[column], column
