@@ -186,3 +186,23 @@ def test_rules_test_exits_1_when_a_case_fails(cli_runner, tmp_path):
 def test_rules_explain_unknown_rule_exits_2(monkeypatch, capsys):
     code, _, err = _main(monkeypatch, capsys, ["rules", "explain", "SL404"])
     assert code == 2 and err == f"Error: No rule 'SL404'. Known rules: {_known()}.\n"
+
+
+def test_nothing_to_analyse_is_a_usage_error(monkeypatch, capsys, tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.md").write_text("# notes\n")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _main(monkeypatch, capsys, ["analyze", "notes"])
+    assert code == 2
+    assert err == ("Error: Nothing servlens recognises in notes. Check the paths, or name the format with --from "
+                   "('servlens formats' lists them).\n")
+    code, _, err = _main(monkeypatch, capsys, ["analyze"])
+    assert code == 2
+    assert err == ("Error: Nothing to analyse: no files given and no store at .servlens/store.duckdb. Pass request "
+                   "logs or folders, or --db with a store 'servlens ingest' wrote.\n")
+
+
+def test_the_group_db_option_names_the_store(monkeypatch, capsys, store_path):
+    code, out, _ = _main(monkeypatch, capsys, ["--db", store_path, "analyze", "--run", "burst50", "--select", "SL004",
+                                               "--format", "json"])
+    assert code == 0 and json.loads(out)["findings"][0]["state"] == "fired"
