@@ -432,3 +432,41 @@ def test_identical_bytes_are_a_duplicate_only_when_they_give_identical_samples(s
     assert ingest(store, _scrape(tmp_path / "b", "t-2.prom", stamped), run="r")["action"] == "skip"
     assert store.execute("SELECT count(*), count(DISTINCT ts) FROM metric_samples").fetchone() == (3, 3)
     assert decide_metrics_source(store, "r", tmp_path / "b" / "s-1795936979.prom").action == "skip"
+
+
+@pytest.mark.parametrize(
+    "folder, prom, finished_length",
+    [
+        ("random", "vllm-1795940098.prom", 80.0),  # ignore_eos forced by the random dataset: every request hits the cap
+        ("prefix_repetition", "vllm-1795940138.prom", 116.0),  # 80 + 36 of these 80 (no ignore_eos)
+        ("random_burstiness0.5", "vllm-1795940172.prom", 196.0),
+        ("random_burstiness0.5_seed1", "vllm-1795940218.prom", 276.0),
+    ],
+)
+def test_every_vllm_bench_scrape(store, shared_data, folder, prom, finished_length):
+    path = shared_data / "real-engine" / "vllm-bench" / folder / prom
+    summary = ingest(store, path, run=folder)
+    stamp = int(prom.split("-")[1].split(".")[0])
+    assert summary["time_source"] == "file_name"
+    assert summary["t_min"] == datetime.utcfromtimestamp(stamp).isoformat() + "Z"
+    lines = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    created = sum(line.split("{")[0].split(" ")[0].endswith("_created") for line in lines)
+    assert (summary["rows"], summary["bad_lines"], summary["created_dropped"]) == (len(lines) - created, 0, created)
+    # the same server served the four runs one after another: its counter keeps growing across the files
+    assert store.execute(
+        "SELECT sum(value) FROM metric_samples WHERE name = 'vllm:request_success' AND labels['finished_reason'] = 'length'"
+    ).fetchone() == (finished_length,)
+
+
+def test_compressed_scrapes(store, shared_data, tmp_path):
+    import zstandard
+
+    raw = (shared_data / "real-engine" / "vllm-cpu" / "metrics_burst50_006.prom").read_bytes()
+    gz = tmp_path / "vllm-1795937389.prom.gz"
+    gz.write_bytes(gzip.compress(raw))
+    zst = tmp_path / "vllm-1795937390.prom.zst"
+    zst.write_bytes(zstandard.ZstdCompressor().compress(raw))
+    assert sniff_metrics(zst) == TEXT_FORMAT
+    first, second = ingest(store, gz, run="z"), ingest(store, zst, run="z")
+    assert (first["rows"], second["rows"]) == (403, 403)
+    assert (first["time_source"], second["t_min"]) == ("file_name", "2026-11-29T07:29:50Z")

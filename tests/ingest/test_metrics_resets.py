@@ -124,3 +124,14 @@ def test_real_llamacpp_restart_label_less_counters(store, shared_data):
     ]
     # fresh_cache_000 has the same bytes as burst50_000 (a fresh server, every counter 0) and is still a scrape of its own
     assert store.execute("SELECT count(*) FROM sources").fetchone() == (38,)
+
+
+def test_vllm_bench_scrapes_of_one_server_have_no_reset(store, shared_data):
+    for folder in ("random", "prefix_repetition", "random_burstiness0.5", "random_burstiness0.5_seed1"):
+        ingest_folder_as_one_run(store, shared_data / "real-engine" / "vllm-bench" / folder, "bench")
+    assert store.execute("SELECT count(*) FROM metric_counter_resets").fetchone() == (0,)
+    # length finishes per interval between the four scrapes (80 -> 116 -> 196 -> 276)
+    assert store.execute(
+        "SELECT list(increase ORDER BY ts) FROM metric_counter_increases "
+        "WHERE name = 'vllm:request_success' AND labels['finished_reason'] = 'length'"
+    ).fetchone() == ([None, 36.0, 80.0, 80.0],)
