@@ -52,6 +52,7 @@ _RC = {
     "legend.frameon": False,
     "legend.fontsize": 8.5,
     "lines.linewidth": 1.6,
+    "axes.axisbelow": True,
 }
 
 _PROLOG = re.compile(r"^\s*<\?xml[^>]*\?>\s*(<!DOCTYPE[^>]*>\s*)?", re.S)

@@ -707,7 +707,15 @@ def _group_scrapes(sources: list[dict]) -> list[dict]:
     groups: dict[tuple, dict] = {}
     for source in sources:
         if source.get("kind") != "metrics":
-            rows.append(source)
+            # One file split into several runs is listed once, with its rows summed.
+            key = ("requests", source.get("path"), source.get("format"), source.get("kind"))
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = {**source, "rows": 0, "bad_lines": 0, "_runs": 0}
+                rows.append(group)
+            group["_runs"] += 1
+            group["rows"] += int(source.get("rows") or 0)
+            group["bad_lines"] += int(source.get("bad_lines") or 0)
             continue
         path = str(source.get("path") or "")
         folder = path.rsplit("/", 1)[0] + "/" if "/" in path else "./"
@@ -723,6 +731,8 @@ def _group_scrapes(sources: list[dict]) -> list[dict]:
     for row in rows:
         if row.get("_files", 0) > 1:
             row["path"] = f"{row['_folder']} ({row['_files']} scrape files)"
+        if row.get("_runs", 0) > 1:
+            row["path"] = f"{row['path']} ({row['_runs']} runs)"
     return [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
 
 
