@@ -385,7 +385,7 @@ def analyze(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str] |
         presence = prepare_scope(con, scope)
         for rule in rules:
             findings.append(evaluate(con, rule, scope, params[rule.id], relative, formats, presence))
-    return {
+    doc = {
         "kind": "analyze",
         "schema_version": SCHEMA_VERSION,
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
@@ -394,6 +394,22 @@ def analyze(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str] |
         "coverage": cover,
         "findings": sort_findings(findings),
     }
+    workload = workload_profile(con, runs)
+    if workload is not None:
+        doc["workload"] = workload
+    return doc
+
+
+def workload_profile(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict | None:
+    """The workload profile (issue 8) when servlens.analysis.workload provides `workload_profile(con, runs)`.
+
+    The seam for that issue: the document's optional "workload" key, which the renderers show when present.
+    """
+    try:
+        from servlens.analysis.workload import workload_profile as build
+    except ImportError:
+        return None
+    return build(con, runs)
 
 
 def worst_fired(document: dict) -> str | None:
