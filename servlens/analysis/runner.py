@@ -405,10 +405,12 @@ def workload_profile(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict | 
 
     The seam for that issue: the document's optional "workload" key, which the renderers show when present.
     """
-    try:
-        from servlens.analysis.workload import workload_profile as build
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("servlens.analysis.workload") is None:
         return None
+    from servlens.analysis.workload import workload_profile as build  # a broken module should fail loudly
+
     return build(con, runs)
 
 
