@@ -122,7 +122,7 @@ def _ingest(con, path: str, run: str, from_format: str | None) -> None:
     from servlens.ingest.api import ingest_inputs
 
     ingest_inputs(con, [path], run=run, from_format=from_format)
-    rows = con.execute("SELECT count(*) FROM requests WHERE run = ?", [run]).fetchone()[0]
+    rows = con.execute("SELECT count(*) FROM requests WHERE run = ?", [run]).fetchall()[0][0]
     if rows == 0:
         raise InputError(f"{path} holds no request log that servlens recognises",
                          "Check the path, or name the format with --from ('servlens formats' lists them)")

@@ -163,7 +163,7 @@ def events_without_band(con, before: str, after: str, metric: str, key: str) -> 
     column = "prompt_tokens" if key == "prompt_band" else "completion_tokens"
     return con.execute(
         f"SELECT count(*) FROM requests WHERE run IN (?, ?) AND ({denominator}) AND ({event}) AND {column} IS NULL",
-        [before, after]).fetchone()[0]
+        [before, after]).fetchall()[0][0]
 
 
 def mix_counts(con, before: str, after: str, keys: tuple[str, ...]) -> RateCounts:

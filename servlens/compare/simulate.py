@@ -204,18 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="fewer cells (3k and 5k only)")
     args = parser.parse_args(argv)
-    rows = []
     sizes = (3000, 5000) if args.quick else (3000, 5000, 20000)
-    for n in sizes:
-        rows.append(run_aa_lognormal(n, args.trials, args.seed))
-    rows.append(run_aa_azure(args.trials, args.seed))
-    rows.append(run_aa_engine(3000, args.trials, args.seed))
-    for n in sizes:
-        rows.append(run_power(n, 1.15, args.trials, args.seed))
-    rows.append(run_power(3000, 1.3, args.trials, args.seed))
-    for row in rows:
-        print(json.dumps(row), flush=True)
-    mix = run_mix_shift(5000, args.seed)
+    cells = [lambda n=n: run_aa_lognormal(n, args.trials, args.seed) for n in sizes]
+    cells += [lambda: run_aa_azure(args.trials, args.seed), lambda: run_aa_engine(3000, args.trials, args.seed)]
+    cells += [lambda n=n: run_power(n, 1.15, args.trials, args.seed) for n in sizes]
+    cells += [lambda: run_power(3000, 1.3, args.trials, args.seed)]
+    for cell in cells:
+        print(json.dumps(cell()), flush=True)
+    mix = run_mix_shift(50000, args.seed)
     print(json.dumps({"scenario": "mix 5%→30% long", "verdict": mix["verdict"],
                       "mix_shift": {k: mix["mix_shift"][k] for k in ("significant", "total_variation")},
                       "naive_vs_adjusted": mix["mix_shift"]["naive_vs_adjusted"]}))

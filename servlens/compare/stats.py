@@ -107,6 +107,31 @@ def _bootstrap_indices(counts, weights, qs, resamples, rng, block):
     return out
 
 
+def woodruff_interval(counts: np.ndarray, weights: np.ndarray, q: float, alpha: float) -> tuple[int, int, int]:
+    """Column indices (low, estimate, high) of Woodruff's interval for a quantile of a stratified mixture.
+
+    The distribution-free interval for a quantile inverts the CDF: {x : |F̂(x) − q| ≤ z·se(F̂(Q̂))} with
+    se² = Σ_c w_c² F_c(Q̂)(1 − F_c(Q̂))/n_c — with one cohort, the normal form of the binomial order-statistic
+    interval. It needs no density estimate and stays honest in the tail, where a bootstrap of few tail
+    observations is too narrow.
+    """
+    n = counts.sum(axis=1).astype(np.float64)
+    share = np.divide(counts, n[:, None], out=np.zeros(counts.shape), where=n[:, None] > 0)
+    per_cohort = np.cumsum(share, axis=1)
+    cdf = weights @ per_cohort
+    est = int(min(np.searchsorted(cdf, q - 1e-12), counts.shape[1] - 1))
+    live = n > 0
+    at = per_cohort[live, est]
+    se = math.sqrt(float((weights[live] ** 2 * at * (1 - at) / n[live]).sum()))
+    if se == 0:      # every cohort entirely on one side of the estimate: fall back to the pooled binomial error
+        se = math.sqrt(q * (1 - q) / float((weights[live] ** 2 / n[live]).sum() ** -1))
+    z = _NORMAL.inv_cdf(1 - alpha / 2)
+    last = counts.shape[1] - 1
+    low = int(min(np.searchsorted(cdf, q - z * se - 1e-12), last))
+    high = int(min(np.searchsorted(cdf, q + z * se - 1e-12), last))
+    return low, est, high
+
+
 def percentile_interval(samples: np.ndarray, alpha: float) -> tuple[float, float]:
     lo, hi = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)

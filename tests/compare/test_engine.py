@@ -241,4 +241,5 @@ def test_document_shape_is_stable_and_bounded(con):
     assert ttft["y_log"] is True and [s["name"] for s in ttft["series"]] == ["before", "after (mix-adjusted)"]
     assert doc["cohorts"][0]["latency"]["ttft"]["before"]["p50"] > 0
     assert doc["method"]["binning_error"] == ("latencies binned on a log scale, bins 0.5% wide: each quantile "
-                                              "within ±0.25%, each ratio within ±0.5%")
+                                              "within ±0.25%, each ratio within ±0.5%; latency intervals are widened by "
+                                              "that bound")

@@ -125,3 +125,13 @@ def test_van_elteren_reduces_to_mann_whitney_for_one_cohort():
     ref = mannwhitneyu(b, a, use_continuity=False, method="asymptotic")
     assert got["p_value"] == pytest.approx(ref.pvalue, rel=1e-9)
     assert got["prob_after_slower"] == pytest.approx(ref.statistic / (len(a) * len(b)))
+
+
+def test_woodruff_interval_is_the_order_statistic_interval_for_one_cohort():
+    """One cohort, 1,000 distinct values: the 95% interval for the median spans ranks 500 ± 1.96·√250."""
+    counts = np.ones((1, 1000), dtype=np.int64)
+    low, est, high = stats.woodruff_interval(counts, np.ones(1), 0.5, 0.05)
+    assert est == 499                      # the 500th value (0-based column 499)
+    assert (low, high) == (469, 530)       # F in [0.5 − 0.031, 0.5 + 0.031]: ranks 470 and 531
+    low, est, high = stats.woodruff_interval(counts, np.ones(1), 0.99, 0.05)
+    assert est == 989 and low == 983 and high == 996     # F in [0.99 − 0.0062, 0.99 + 0.0062]
