@@ -29,7 +29,8 @@ COMPARE_SEED = 0
 
 # Preferred scenarios, first found wins (sample_logs/ README files say what each holds).
 ANALYZE_PREFERENCE = ["prefix-cache-off", "queue-spike", "incident", "gateway-day"]
-COMPARE_PREFERENCE = [("steady-a", "steady-b"), ("before", "after"), ("prefix-cache-off", "prefix-cache-on")]
+# A release that turned the prefix cache off is the gate example: a real regression, judged with real statistics.
+COMPARE_PREFERENCE = [("prefix-cache-on", "prefix-cache-off"), ("steady-a", "steady-b"), ("before", "after")]
 
 
 def main(argv: list[str] | None = None) -> int:

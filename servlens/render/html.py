@@ -423,6 +423,10 @@ class _ReportBuilder:
         if isinstance(value, list):
             if not value:
                 return [{"kind": "kv", "title": title, "items": [("", "none")]}] if title else []
+            if all(_is_chart_value(item) for item in value):
+                charts = [self.chart(item, budget, placeholder=False) for item in value]
+                return [{"kind": "chart", "title": title if index == 0 else None, "chart": rendered}
+                        for index, rendered in enumerate(charts) if rendered is not None]
             if all(isinstance(item, dict) for item in value):
                 table = self.records_table(value, limits)
                 out.append({"kind": "table", "title": title, "table": table})

@@ -66,3 +66,19 @@ def test_screenshot_is_a_real_page(chromium, tmp_path, compare_doc):
         colours = image.convert("RGB").getcolors(maxcolors=1_000_000)
     # A blank or failed page has a handful of colours; text, badges and charts give hundreds.
     assert colours is not None and len(colours) > 200
+
+
+def test_report_prints_to_pdf(chromium, tmp_path, analyze_doc):
+    """The print stylesheet gives a paged document (what people attach to a ticket)."""
+    import subprocess
+
+    from conftest import CHROMIUM_FLAGS
+
+    page = _write(tmp_path, "incident.html", render_html(analyze_doc))
+    pdf = tmp_path / "incident.pdf"
+    subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--no-pdf-header-footer",
+                    f"--print-to-pdf={pdf}", page.as_uri()], capture_output=True, timeout=120, check=False)
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF")
+    pages = len(re.findall(rb"/Type\s*/Page\b", data))
+    assert 2 <= pages <= 8, pages

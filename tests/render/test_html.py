@@ -248,11 +248,15 @@ def test_workload_section_renders_charts_tables_and_values(analyze_doc):
         "latency_by_window": {"columns": ["window", "ttft_p50_s", "ttft_p99_s"],
                               "rows": [["2026-11-28T10:00:00Z", 0.21, 0.9]]},
         "prefix_sharing": {"share_of_requests_with_shared_prefix": 0.62, "top_prefixes": 3},
+        "lengths": [{"type": "bar", "title": "Prompt tokens", "x_label": "prompt tokens", "y_label": "requests",
+                     "series": [{"name": "all", "x": [128, 256, 512], "y": [10, 30, 5]}]},
+                    {"type": "bar", "title": "Output tokens", "x_label": "output tokens", "y_label": "requests",
+                     "series": [{"name": "all", "x": [16, 32, 64], "y": [4, 9, 2]}]}],
     }
     page = render_html(analyze_doc)
     workload = page[page.index('id="workload"'):]
-    assert workload.count("<svg") == 1
-    assert "Requests per second" in workload
+    assert workload.count("<svg") == 3
+    assert "Requests per second" in workload and ">Prompt tokens<" in workload and ">Output tokens<" in workload
     assert "qwen3-8b&lt;script&gt;" in workload and "1.9 s" in workload and "210 ms" in workload
     assert "62.00%" in workload and "2,950" in workload
     assert "<script>" not in page
