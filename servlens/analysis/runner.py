@@ -114,10 +114,12 @@ class DetectorContext:
 
     def examples(self, where: str, order_by: str, limit: int = MAX_EXAMPLES) -> list[dict]:
         """A handful of request ids with their source file and line, for the rows matching `where`."""
+        # Filter and order inside the scope first, so `where` and `order_by` see only request columns.
         found = self.rows(
             f"""SELECT r.request_id, s.path AS source, r.source_line AS line
-                FROM scope_requests r LEFT JOIN sources s ON s.source_id = r.source_id
-                WHERE {where} ORDER BY {order_by}, r.source_line LIMIT {int(limit)}"""
+                FROM (SELECT request_id, source_id, source_line, row_number() OVER (ORDER BY {order_by}, source_line) AS k
+                      FROM scope_requests WHERE {where} ORDER BY k LIMIT {int(limit)}) r
+                LEFT JOIN sources s ON s.source_id = r.source_id ORDER BY r.k"""
         )
         return [{"request_id": e["request_id"], "source": e["source"], "line": e["line"]} for e in found]
 
