@@ -48,6 +48,7 @@ import duckdb
 
 from servlens.errors import InputError, redact_secrets
 from servlens.ingest.prometheus import (
+    KNOWN_TYPES,
     OPENMETRICS_FORMAT,
     TEXT_FORMAT,
     LineError,
@@ -619,7 +620,8 @@ def _infer_api_series(name: str, labels: dict[str, str], names: set[str]) -> tup
         return "summary", "quantile", name, _label_number(labels.pop("quantile"))
     if name.endswith("_total"):
         return "counter", "value", name[: -len("_total")], None
-    return "untyped", "value", name, None
+    known = KNOWN_TYPES.get(name) or ("gauge" if name.endswith("_info") else "untyped")
+    return known, "value", name, None
 
 
 def _label_number(text: str) -> float | None:

@@ -40,6 +40,32 @@ METRIC_RENAMES: dict[str, str] = {
     "sglang:time_per_output_token_seconds": "sglang:inter_token_latency_seconds",
 }
 
+# Types of well-known engine metrics whose exposed name has no telling suffix, for sources without TYPE lines
+# (the Prometheus HTTP API). reference/engines.md §1a, §4a, §5a; process_* from client libraries.
+KNOWN_TYPES: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_requests_waiting_by_reason",
+            "vllm:num_requests_swapped", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+            "vllm:cpu_cache_usage_perc", "vllm:gpu_prefix_cache_hit_rate", "vllm:cpu_prefix_cache_hit_rate",
+            "vllm:engine_sleep_state", "vllm:cache_config_info", "vllm:lora_requests_info",
+            "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:num_grammar_queue_reqs", "sglang:num_used_tokens",
+            "sglang:token_usage", "sglang:gen_throughput", "sglang:cache_hit_rate", "sglang:num_retracted_reqs",
+            "sglang:num_paused_reqs", "sglang:utilization",
+            "llamacpp:prompt_tokens_seconds", "llamacpp:predicted_tokens_seconds", "llamacpp:requests_processing",
+            "llamacpp:requests_deferred", "llamacpp:n_busy_slots_per_decode", "llamacpp:kv_cache_usage_ratio",
+            "llamacpp:kv_cache_tokens",
+            "tgi_queue_size", "tgi_batch_current_size", "tgi_batch_current_max_tokens", "tgi_batch_max_total_tokens",
+            "process_start_time_seconds", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+            "process_open_fds", "process_max_fds",
+        ],
+        "gauge",
+    ),
+    # counters exposed without `_total`
+    "llamacpp:n_tokens_max": "counter",
+    "tgi_request_count": "counter", "tgi_request_success": "counter", "tgi_request_failure": "counter",
+}
+
 # Declared TYPE -> the type stored in metric_samples (servlens.store.schema.METRIC_TYPES).
 _STORED_TYPE = {
     "counter": "counter",

@@ -329,7 +329,7 @@ def test_query_range_matrix_matches_the_scrapes_it_came_from(store, shared_data)
     old = store.execute(
         "SELECT name, name_raw, type, value FROM metric_samples WHERE name_raw = 'vllm:gpu_cache_usage_perc' ORDER BY ts"
     ).fetchall()
-    assert [o[:3] for o in old] == [("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "untyped")] * 3
+    assert [o[:3] for o in old] == [("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "gauge")] * 3
     assert old[0][3] == 0.25 and math.isnan(old[1][3]) and old[2][3] == 0.5
 
 
@@ -358,6 +358,10 @@ def test_instant_query_vector_and_unreadable_series(store, tmp_path):
     assert [r[0] for r in store.execute("SELECT reason FROM ingest_errors ORDER BY reason").fetchall()] == [
         "series 2 has no __name__ (a computed expression); only raw series are read",
         "series 4 (broken) has 1 point(s) that are not [time, number], e.g. 'abc'",
+    ]
+    # types where the API gives none: a known engine gauge; an unknown bare name stays untyped
+    assert store.execute("SELECT name, type FROM metric_samples ORDER BY name").fetchall() == [
+        ("up", "untyped"), ("vllm:num_requests_running", "gauge")
     ]
 
 
