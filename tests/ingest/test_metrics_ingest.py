@@ -474,3 +474,17 @@ def test_compressed_scrapes(store, shared_data, tmp_path):
     first, second = ingest(store, gz, run="z"), ingest(store, zst, run="z")
     assert (first["rows"], second["rows"]) == (403, 403)
     assert (first["time_source"], second["t_min"]) == ("file_name", "2026-11-29T07:29:50Z")
+
+
+def test_at_option_values(store, tmp_path):
+    from servlens.ingest.metrics import parse_at
+
+    assert parse_at("2026-11-28T14:05:00Z") == parse_at("2026-11-28 14:05:00") == 1795874700.0  # naive = UTC
+    assert parse_at("2026-11-28T16:05:00+02:00") == 1795874700.0
+    assert parse_at("1795874700") == parse_at("1795874700000") == parse_at(1795874700.0) == 1795874700.0
+    with pytest.raises(InputError) as caught:
+        ingest(store, _scrape(tmp_path, "x.prom"), run="r", at="yesterday")
+    assert str(caught.value) == (
+        "--at 'yesterday' is not a time. Give an ISO-8601 time such as 2026-11-28T14:05:00Z, or Unix seconds."
+    )
+    assert store.execute("SELECT count(*) FROM sources").fetchone() == (0,)
