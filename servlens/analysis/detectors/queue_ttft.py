@@ -19,7 +19,9 @@ from servlens.analysis.detectors._common import chart, not_evaluable, q, ratio, 
 from servlens.analysis.runner import DetectorContext
 from servlens.analysis.windows import iso, merge_runs
 
-WAIT_EXPR = "greatest(coalesce(queue_s, ttft_s - prefill_s), 0)"
+# The wait of one request: the engine's queue time, else TTFT minus prefill; kept within [0, TTFT] because the two
+# clocks differ (client TTFT, engine queue) and a wait longer than the TTFT it is part of means clock skew.
+WAIT_EXPR = "least(greatest(coalesce(queue_s, ttft_s - prefill_s), 0), ttft_s)"
 # Gauges that count requests waiting for a slot, by engine; and corroborating capacity signals.
 WAITING_GAUGES = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs", "tgi_queue_size")
 RUNNING_GAUGES = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs")
