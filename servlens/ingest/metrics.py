@@ -134,7 +134,7 @@ def sniff_metrics_text(head: str, complete: bool = True) -> str | None:
     lines = [line.strip() for line in text.split("\n")]
     if not complete:
         lines = lines[:-1]  # the last line may be cut
-    significant = [line for line in lines if line][:20]
+    significant = [line for line in lines if line][:200]
     if not significant:
         return None
     # A scrape with a few malformed lines is still a scrape (its bad lines go to ingest_errors); anything else is not.
@@ -149,7 +149,8 @@ def sniff_metrics_text(head: str, complete: bool = True) -> str | None:
             valid += 1
         else:
             invalid += 1
-    if valid == 0 or (valid < invalid if declared else valid < 4 * invalid):
+    # (families with no children yet give HELP/TYPE lines and no samples: metadata alone is a valid exposition)
+    if (valid == 0 and not declared) or (valid < invalid if declared else valid < 4 * invalid):
         return None
     if complete:
         from servlens.ingest.prometheus import detect_format

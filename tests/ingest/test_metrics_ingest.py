@@ -488,3 +488,15 @@ def test_at_option_values(store, tmp_path):
         "--at 'yesterday' is not a time. Give an ISO-8601 time such as 2026-11-28T14:05:00Z, or Unix seconds."
     )
     assert store.execute("SELECT count(*) FROM sources").fetchone() == (0,)
+
+
+def test_sniff_a_scrape_that_starts_with_many_empty_families(tmp_path):
+    # prometheus_client writes HELP/TYPE for a labelled family with no children yet (a fresh vLLM server)
+    head = "".join(f"# HELP vllm:f{i} Help.\n# TYPE vllm:f{i} histogram\n" for i in range(40))
+    path = tmp_path / "fresh.prom"
+    path.write_text(head + 'vllm:num_requests_running{engine="0"} 0.0\n')
+    assert sniff_metrics(path) == TEXT_FORMAT
+    path.write_text("# just a comment\n# another\n")
+    assert sniff_metrics(path) is None
+    path.write_text("# TYPE a gauge\nthis is not a sample\nnor this\n")
+    assert sniff_metrics(path) is None
