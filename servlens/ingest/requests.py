@@ -235,9 +235,14 @@ def _move_csv_rejects(con: duckdb.DuckDBPyConnection, source_id: int, path: Path
     con.execute(
         f"""INSERT INTO ingest_errors (source_id, path, line, byte_length, reason, keys_seen, excerpt)
         SELECT ?, ?, line, octet_length(encode(csv_line)), error_type || ': ' || error_message, NULL, {excerpt}
-        FROM _sl_csv_rejects""",
+        FROM (SELECT *, row_number() OVER (PARTITION BY line ORDER BY column_idx) AS n FROM _sl_csv_rejects) WHERE n = 1""",
         [source_id, str(path)],
     )
+    # Good rows were numbered as they came out of the reader; shift them past each rejected line (few of them).
+    for (line,) in con.execute("SELECT DISTINCT line FROM _sl_csv_rejects ORDER BY line").fetchall():
+        con.execute(
+            "UPDATE requests SET source_line = source_line + 1 WHERE source_id = ? AND source_line >= ?", [source_id, line]
+        )
 
 
 def _fill_counts(con: duckdb.DuckDBPyConnection, result: SourceResult) -> None:
