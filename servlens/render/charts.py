@@ -78,15 +78,39 @@ def chart_svg(chart: dict, chart_id: str = "c0", relative_clock: bool = False) -
     from matplotlib.figure import Figure
 
     rc = dict(_RC, **{"svg.hashsalt": f"servlens-{chart_id}"})
+    legend_rows = _legend_rows(chart)
+    height = CHART_HEIGHT_IN + LEGEND_ROW_IN * legend_rows
     with matplotlib.rc_context(rc):
         # Fixed margins instead of constrained layout: measuring every label's extent doubles the drawing time.
-        figure = Figure(figsize=(CHART_WIDTH_IN, CHART_HEIGHT_IN))
-        figure.subplots_adjust(left=0.085, right=0.985, bottom=0.15, top=0.9)
+        # A long legend goes under the plot (rows of four) instead of over the data.
+        figure = Figure(figsize=(CHART_WIDTH_IN, height))
+        bottom_in = 0.15 * CHART_HEIGHT_IN + LEGEND_ROW_IN * legend_rows
+        figure.subplots_adjust(left=0.085, right=0.985, bottom=bottom_in / height,
+                               top=1 - 0.1 * CHART_HEIGHT_IN / height)
         axes = figure.add_subplot()
-        notes = _draw(axes, chart, relative_clock)
+        notes = _draw(axes, chart, relative_clock, legend_below=legend_rows > 0)
         buffer = io.StringIO()
         FigureCanvasSVG(figure).print_svg(buffer, metadata={"Date": None, "Creator": None})
     return _clean(buffer.getvalue(), chart_id, str(chart.get("title") or "chart")), notes
+
+
+LEGEND_ROW_IN = 0.22
+LEGEND_INSIDE_MAX = 3
+
+
+def _legend_labels(chart: dict) -> list[str]:
+    """The legend entries a chart will have: series, then distinct threshold and span labels."""
+    labels = [str(s.get("name") or "") for s in (chart.get("series") or [])[:MAX_SERIES] if isinstance(s, dict)]
+    for key in ("hlines", "vspans"):
+        labels += list(dict.fromkeys(str(item.get("label") or "") for item in chart.get(key) or []
+                                     if isinstance(item, dict) and item.get("label")))
+    return labels
+
+
+def _legend_rows(chart: dict) -> int:
+    """0 when the legend fits inside the plot, else the number of rows of four under it."""
+    count = len(_legend_labels(chart))
+    return 0 if count <= LEGEND_INSIDE_MAX else -(-count // 4)
 
 
 def _text(value: Any) -> str:
@@ -176,7 +200,10 @@ def _series_points(chart: dict, series: dict, x_time: bool) -> tuple[list, list]
     return _thin(xs, ys)
 
 
-def _draw(axes, chart: dict, relative_clock: bool) -> list[str]:
+SPAN_COLOURS = ["#E69F00", "#56B4E9", "#CC79A7", "#009E73"]
+
+
+def _draw(axes, chart: dict, relative_clock: bool, legend_below: bool = False) -> list[str]:
     """Draw the chart on `axes`; returns notes for the reader (dropped series, empty chart)."""
     notes: list[str] = []
     kind = chart.get("type", "line")
@@ -217,6 +244,7 @@ def _draw(axes, chart: dict, relative_clock: bool) -> list[str]:
             all_x.extend((xs[0], xs[-1]))
         drawn += 1
 
+    span_colour: dict[str, str] = {}
     for index, span in enumerate(chart.get("vspans") or []):
         if not isinstance(span, dict):
             continue
@@ -224,11 +252,15 @@ def _draw(axes, chart: dict, relative_clock: bool) -> list[str]:
         x0, x1 = convert(span.get("x0")), convert(span.get("x1"))
         if x0 is None or x1 is None:
             continue
+        text = _text(span.get("label"))
+        # One colour and one legend entry per distinct label, however many windows carry it.
+        first = text not in span_colour
+        colour = span_colour.setdefault(text, SPAN_COLOURS[len(span_colour) % len(SPAN_COLOURS)])
+        label = text if (first and text) else None
         if x1 == x0:
-            axes.axvline(x0, color="#E69F00", linewidth=1.2, linestyle=":", label=_text(span.get("label")) or None)
+            axes.axvline(x0, color=colour, linewidth=1.2, linestyle=":", label=label)
         else:
-            axes.axvspan(x0, x1, color="#E69F00", alpha=0.18, linewidth=0,
-                         label=_text(span.get("label")) or None)
+            axes.axvspan(x0, x1, color=colour, alpha=0.2, linewidth=0, label=label)
         all_x.extend((x0, x1))
 
     for index, line in enumerate(chart.get("hlines") or []):
@@ -264,8 +296,13 @@ def _draw(axes, chart: dict, relative_clock: bool) -> list[str]:
     axes.set_xlabel(_text(chart.get("x_label")))
     axes.set_ylabel(_text(chart.get("y_label")))
     handles, labels = axes.get_legend_handles_labels()
-    if handles:
-        axes.legend(loc="best", ncols=2 if len(handles) > 4 else 1)
+    if handles and legend_below:
+        axes.figure.legend(handles, labels, loc="lower left", ncols=4, bbox_to_anchor=(0.075, 0.01),
+                           borderaxespad=0.2, handlelength=1.8, columnspacing=1.6)
+    elif handles:
+        # "best" tests every drawn point against every corner: fine for aggregates, slow for thousands of points.
+        points = sum(min(len(s.get("x") or []), MAX_POINTS_PER_SERIES) for s in series_list)
+        axes.legend(loc="best" if points <= 1000 else "upper left")
     return notes
 
 

@@ -109,6 +109,7 @@ def _environment(templates_dir: str | Path | None):
         seconds=format_seconds,
         pct=format_percent,
         when=format_time,
+        span=format_span,
         duration=format_duration,
         cell=format_cell,
         humanize=humanize,
@@ -214,6 +215,14 @@ def format_time(value: Any, relative_clock: bool = False) -> str:
     if moment.microsecond:
         text += f".{moment.microsecond // 1000:03d}"
     return text + " UTC"
+
+
+def format_span(start: Any, end: Any, relative_clock: bool = False) -> str:
+    """A window as `start → end`, the end without its date when it is the same day."""
+    first, last = format_time(start, relative_clock), format_time(end, relative_clock)
+    if not relative_clock and first[:11] == last[:11] and first.endswith(" UTC") and last.endswith(" UTC"):
+        return f"{first[:-4]} → {last[11:]}"
+    return f"{first} → {last}"
 
 
 def format_cell(value: Any, limit: int = 300) -> str:
@@ -352,10 +361,16 @@ class _ReportBuilder:
             bool(rows) and all(_finite(row[i]) is not None or row[i] is None for row in rows[:50] if i < len(row))
             for i in range(len(shown_columns))
         ]
+        times = [
+            bool(rows) and all(isinstance(row[i], str) and _ISO_TIME.match(row[i].strip()) or row[i] is None
+                               for row in rows[:50] if i < len(row))
+            for i in range(len(shown_columns))
+        ]
         total = note_total if note_total is not None else len(rows)
         return {
             "columns": shown_columns,
             "numeric": numeric,
+            "times": times,
             "rows": shown,
             "total_rows": total,
             "hidden_rows": max(0, total - len(shown)),
