@@ -10,6 +10,8 @@ import requests
 from tools.engine.model import ModelSpec, build_vocab, ensure_model, write_model
 from tools.engine.server import ServerConfig, start_server
 
+NEEDS_ENGINE = True  # skipped (with the reason) where xllamacpp or gguf cannot be imported
+
 
 def _sha(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from .scenarios import SCENARIOS, run_scenario
@@ -81,8 +82,11 @@ def measured(run_dir: Path, run: str) -> list[str]:
     for r in ok:
         finish[str(r.get("finish_reason"))] = finish.get(str(r.get("finish_reason")), 0) + 1
     span = max(r["end_ts"] for r in recs) - min(r["send_ts"] for r in recs)
-    lines = [f"- {len(recs)} requests over {span:.0f} s; HTTP status {status}; finish reasons {finish}; "
-             f"{sum(1 for r in recs if r['body'].get('stream'))} streamed."]
+    def counts(d: dict) -> str:
+        return ", ".join(f"{k} × {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1]))
+
+    lines = [f"- {len(recs)} requests over {span:.0f} s ({sum(1 for r in recs if r['body'].get('stream'))} streamed); "
+             f"HTTP status: {counts(status)}; finish reasons: {counts(finish)}."]
     timings = [_final(r).get("timings") for r in ok if _final(r).get("timings")]
     if timings:
         cached = sum(t["cache_n"] for t in timings)
@@ -108,8 +112,8 @@ def measured(run_dir: Path, run: str) -> list[str]:
     return lines
 
 
-def write_readme(folder: Path, run: str, scenario, spec, summary: dict) -> None:
-    flags = summary["flags"]
+def write_readme(folder: Path, run: str, scenario, spec) -> None:
+    flags = asdict(spec.server)
     text = [
         f"# {folder.name} — run `{run}` of scenario `{scenario.name}`",
         "",
@@ -150,8 +154,14 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("scenarios", nargs="*", default=list(SAMPLE_SCENARIOS), help="scenarios to (re)record")
     ap.add_argument("--dest", type=Path, default=SAMPLE_LOGS)
+    ap.add_argument("--readme-only", action="store_true", help="rewrite the READMEs of the existing folders")
     args = ap.parse_args(argv)
     t0 = time.time()
+    if args.readme_only:
+        for name in args.scenarios:
+            for spec in SCENARIOS[name].runs:
+                write_readme(args.dest / FOLDERS[spec.run], spec.run, SCENARIOS[name], spec)
+        return 0
     with tempfile.TemporaryDirectory(prefix="servlens-samples-") as tmp:
         for name in args.scenarios:
             scenario = SCENARIOS[name]
@@ -161,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                 if folder.exists():
                     shutil.rmtree(folder)
                 shutil.copytree(Path(tmp) / spec.run, folder)
-                write_readme(folder, spec.run, scenario, spec, summary)
+                write_readme(folder, spec.run, scenario, spec)
                 print(f"{folder}: {summary['requests']} requests", file=sys.stderr)
     print(f"sample logs written in {time.time() - t0:.0f} s", file=sys.stderr)
     return 0

@@ -9,6 +9,7 @@ address once the model is loaded; :func:`start_server` then polls ``/health`` un
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import signal
@@ -103,6 +104,7 @@ def start_server(model_path: Path, config: ServerConfig | None = None, log_path:
     threading.Thread(target=read_address, daemon=True).start()
     server = RunningServer(pid=proc.pid, base_url="", model_path=str(model_path), config=config,
                            log_path=log_path, _proc=proc)
+    _RUNNING[server.pid] = server
     deadline = time.monotonic() + ready_timeout
     try:
         while time.monotonic() < deadline:
@@ -124,8 +126,19 @@ def start_server(model_path: Path, config: ServerConfig | None = None, log_path:
         raise
 
 
+# Servers started by this process, so an interrupted harness still stops them (by PID) on exit.
+_RUNNING: dict[int, RunningServer] = {}
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for server in list(_RUNNING.values()):
+        stop_server(server, timeout=5)
+
+
 def stop_server(server: RunningServer, timeout: float = 10.0) -> None:
     """Stop the engine by its PID: SIGTERM, then SIGKILL if it has not exited within ``timeout``."""
+    _RUNNING.pop(server.pid, None)
     proc = server._proc
     try:
         os.kill(server.pid, signal.SIGTERM)
@@ -198,8 +211,10 @@ def _child_main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    parent = os.getppid()
     while not stop.wait(0.5):
-        pass
+        if os.getppid() != parent:  # the harness died without stopping us: do not outlive it
+            break
     # Exit without running the native destructors on a server that may still hold HTTP threads.
     os._exit(0)
 
