@@ -196,3 +196,21 @@ def test_litellm_span_cache_hit(litellm_otel):
     assert hit["attrs"]["cache_hit_response_s"] == (int(span["endTimeUnixNano"]) - int(span["startTimeUnixNano"])) / 1e9
     assert hit["attrs"]["response_id"] == miss["attrs"]["response_id"]  # the cached answer's id
     assert miss["e2e_s"] > hit["attrs"]["cache_hit_response_s"]
+
+
+def test_repeated_attribute_key_keeps_the_first_value_and_the_file(tmp_path):
+    """OTLP requires unique keys, but a malformed exporter must not fail the whole file."""
+    def kv(k, v):
+        return {"key": k, "value": {"stringValue": v} if isinstance(v, str) else {"intValue": str(v)}}
+    span = {"traceId": "AA" * 16, "spanId": "BB" * 8, "name": "chat m", "kind": 3,
+            "startTimeUnixNano": "1795945500000000000", "endTimeUnixNano": "1795945501000000000",
+            "attributes": [kv("gen_ai.operation.name", "chat"), kv("gen_ai.provider.name", "openai"),
+                           kv("gen_ai.request.model", "m"), kv("gen_ai.usage.input_tokens", 10),
+                           kv("gen_ai.usage.input_tokens", 99)], "status": {}}
+    good = dict(span, spanId="CC" * 8, attributes=span["attributes"][:4])
+    path = tmp_path / "dup.jsonl"
+    path.write_text(json.dumps({"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": [span, good]}]}]}) + "\n")
+    con = open_store(None)
+    ingest_inputs(con, [str(path)], run="t", from_format="otel-genai-spans")
+    assert con.execute("SELECT request_id, prompt_tokens, e2e_s FROM requests ORDER BY request_id").fetchall() == [
+        ("aa" * 16 + ":" + "bb" * 8, 10, 1.0), ("aa" * 16 + ":" + "cc" * 8, 10, 1.0)]
