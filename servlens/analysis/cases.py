@@ -160,8 +160,13 @@ def _placeholder(table: str, column: str) -> str:
 
 
 def _literal(value: Any) -> str:
+    """A default as a SQL literal for generated rows: tables become MAPs (metric labels), lists become lists."""
     from servlens.analysis.runner import sql_literal
 
+    if isinstance(value, dict):
+        return "MAP {" + ", ".join(f"{sql_literal(str(k))}: {sql_literal(str(v))}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(sql_literal(v) for v in value) + "]"
     return sql_literal(value)
 
 

@@ -7,8 +7,9 @@ with metrics only, the model_name labels of its metrics). For each rule and scop
    - `scope_requests`  the scope's rows of `requests`, plus `t_at` (arrival, else first token, else end time);
    - `scope_metrics`   the run's `metric_samples` whose model_name label is the scope's model or absent
                        (llama.cpp exposes no labels, so its metrics belong to every scope of the run);
-   - `scope_counter_increases`  per counter series, the increase since the previous scrape (a drop is a restart:
-                       the new value is the increase), so rates never go negative across a restart;
+   - `scope_counter_increases`  per counter series (and histogram/summary sum and count), the increase since the
+                       previous scrape (a drop is a restart: the new value is the increase), so rates never go
+                       negative across a restart;
 2. checks the rule's evidence paths (`[[requires]]`) against the columns that are non-NULL in the scope and the
    metrics that have samples; with none available the result is `not_evaluable`, naming what is missing —
    never `clear` for want of data;
@@ -126,7 +127,8 @@ class DetectorContext:
     def counter_increase(self, name: str, label_filter: str = "TRUE") -> float | None:
         """Total increase of a counter over the run (all its series), None when it has no samples."""
         row = self.con.execute(
-            f"SELECT count(*), sum(increase) FROM scope_counter_increases WHERE name = ? AND {label_filter}", [name]
+            f"SELECT count(*), sum(increase) FROM scope_counter_increases WHERE name = ? AND series = 'value' AND {label_filter}",
+            [name],
         ).fetchone()
         return None if not row[0] else float(row[1] or 0.0)
 
@@ -144,11 +146,14 @@ SELECT * FROM metric_samples WHERE {where}
 
 # Counter increases per series between consecutive scrapes, from the store's metric_counter_increases view (a drop
 # is a restart, so the new value is the increase since then; a series' first scrape has no increase and is dropped).
+# Counters (series 'value') and the cumulative parts of histograms and summaries (series 'sum' / 'count'; buckets
+# are left out to keep the view small: a detector that needs them reads metric_counter_increases).
 SCOPE_COUNTER_INCREASES_SQL = """
 CREATE OR REPLACE TEMP VIEW scope_counter_increases AS
-SELECT run, name, labels, prev_ts, ts, interval_s, value, increase, is_reset
+SELECT run, name, series, labels, prev_ts, ts, interval_s, value, increase, is_reset
 FROM metric_counter_increases
-WHERE type = 'counter' AND series = 'value' AND increase IS NOT NULL AND {where}
+WHERE ((type = 'counter' AND series = 'value') OR (type IN ('histogram', 'summary') AND series IN ('sum', 'count')))
+  AND increase IS NOT NULL AND {where}
 """
 
 

@@ -177,3 +177,19 @@ def test_real_engine_responses_leak_no_reasoning(llamacpp, vllm_cpu):
     for doc in (llamacpp, vllm_cpu):
         f = _finding(doc, "SL003", "burst50")
         assert f["state"] == "clear" and f["evidence"]["metrics"]["leaking"] == 0
+
+
+def test_vllm_scrapes_alone_show_the_burst_through_the_histograms():
+    """No request log: vLLM's TTFT, queue and prefill histograms (sum/count increases between scrapes)."""
+    vllm = REAL / "vllm-cpu"
+    con = open_store(None)
+    try:
+        ingest_paths(con, [], sorted(str(p) for p in vllm.glob("metrics_burst50_*.prom")) + [str(vllm / "metrics_index.jsonl")])
+        doc = analyze(con, [r for r in load_rules() if r.id == "SL004"])
+    finally:
+        con.close()
+    (f,) = doc["findings"]
+    m = f["evidence"]["metrics"]
+    assert f["state"] == "fired" and f["scope"] == {"run": "burst50", "model": "tiny", "deployment": None}
+    assert m["requests"] == 50 and m["cold_start"] is True and m["queue_share"] > 0.9
+    assert "From vLLM's histograms only" in f["summary"] and f["examples"] == []

@@ -77,7 +77,7 @@ def detect(ctx: DetectorContext) -> dict:
     if ctx.has_metric("vllm:request_success"):
         # The engine's own count over the same run, as a cross-check of the request logs.
         counted = ctx.one("""SELECT sum(increase) AS n, sum(CASE WHEN labels['finished_reason'] = 'length' THEN increase END) AS length
-                             FROM scope_counter_increases WHERE name = 'vllm:request_success'""")
+                             FROM scope_counter_increases WHERE name = 'vllm:request_success' AND series = 'value'""")
         metrics["metric_length_share"] = rounded(ratio(counted.get("length") or 0, counted.get("n")))
 
     by_cap = ctx.rows(f"""
@@ -176,7 +176,7 @@ def _from_counter(ctx: DetectorContext, thresholds: dict, benchmark: bool) -> di
                        "length finishes there are by design)")
         return not_evaluable(reason, "Cannot tell which requests were cut at the output limit.")
     rows = ctx.rows("""SELECT labels['finished_reason'] AS reason, sum(increase) AS n FROM scope_counter_increases
-                       WHERE name = 'vllm:request_success' GROUP BY 1""")
+                       WHERE name = 'vllm:request_success' AND series = 'value' GROUP BY 1""")
     if not rows:
         return not_evaluable("no per-request finish reasons, and vllm:request_success has no increase to measure "
                              "(a counter needs at least two scrapes of one process)",

@@ -15,7 +15,7 @@ during a window whose TTFT p99 jumped above the run's TTFT p50 is the (weaker) q
 
 from __future__ import annotations
 
-from servlens.analysis.detectors._common import chart, not_evaluable, q, ratio, rounded, secs, table
+from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, ratio, rounded, secs, table
 from servlens.analysis.runner import DetectorContext
 from servlens.analysis.windows import iso, merge_runs
 
@@ -71,6 +71,10 @@ def detect(ctx: DetectorContext) -> dict:
     p = ctx.params
     spec = ctx.window
     per_request_wait = ctx.path_available("per-request queue time") or ctx.path_available("per-request prefill time")
+    per_request = per_request_wait or ctx.path_available("vLLM waiting-requests gauge") or ctx.path_available(
+        "llama.cpp deferred-requests gauge")
+    if not per_request and ctx.path_available("vLLM TTFT and queue-time histograms"):
+        return _from_histograms(ctx)
     if spec is None:
         return not_evaluable("no request has an arrival, first-token or end time (t_arrival, t_first_token, t_end)",
                              "Queue-driven TTFT spikes cannot be placed in time.")
@@ -288,3 +292,92 @@ def _peak_window(ctx: DetectorContext, base_where: str, windows: list[dict]) -> 
     start = spec.t0 + timedelta(seconds=lo)
     return {"start": iso(start), "end": iso(start + timedelta(seconds=spec.peak_s)), "ttft_p99": row["ttft_p99"],
             "n": row["n"]}
+
+
+TTFT_HIST = "vllm:time_to_first_token_seconds"
+QUEUE_HIST = "vllm:request_queue_time_seconds"
+PREFILL_HIST = "vllm:request_prefill_time_seconds"
+
+
+def _from_histograms(ctx: DetectorContext) -> dict:
+    """Scrapes only: per scrape interval, mean TTFT (histogram sum/count increases) against the mean prefill time
+    (TTFT without the queue); the queue share is the queue-time sum over the TTFT sum around the spike.
+
+    Means, not p99 (the buckets are too coarse for a tail), and vLLM observes queue time when a request finishes
+    but TTFT at its first token, so the queue sum runs two scrapes past the spike.
+    """
+    p = ctx.params
+    found = ctx.rows(f"""
+        SELECT ts, min(prev_ts) AS prev_ts,
+               sum(increase) FILTER (WHERE name = '{TTFT_HIST}' AND series = 'sum') AS ttft_sum,
+               sum(increase) FILTER (WHERE name = '{TTFT_HIST}' AND series = 'count') AS ttft_n,
+               sum(increase) FILTER (WHERE name = '{QUEUE_HIST}' AND series = 'sum') AS queue_sum,
+               sum(increase) FILTER (WHERE name = '{QUEUE_HIST}' AND series = 'count') AS queue_n,
+               sum(increase) FILTER (WHERE name = '{PREFILL_HIST}' AND series = 'sum') AS prefill_sum,
+               sum(increase) FILTER (WHERE name = '{PREFILL_HIST}' AND series = 'count') AS prefill_n
+        FROM scope_counter_increases WHERE name IN ('{TTFT_HIST}', '{QUEUE_HIST}', '{PREFILL_HIST}')
+        GROUP BY ts ORDER BY ts""")
+    total_n = sum(r["ttft_n"] or 0 for r in found)
+    if total_n < p["min_requests"]:
+        return not_evaluable(f"the TTFT histogram counted only {total_n:g} requests between scrapes; the rule needs at "
+                             f"least {p['min_requests']} (min_requests)", "Too few requests to judge TTFT spikes.")
+    intervals = [r for r in found if r["ttft_n"]]
+    for r in intervals:
+        r["ttft_mean"] = r["ttft_sum"] / r["ttft_n"]
+    prefill_n = sum(r["prefill_n"] or 0 for r in found)
+    if prefill_n:
+        baseline = sum(r["prefill_sum"] or 0 for r in found) / prefill_n
+        baseline_text = "the mean prefill time (vllm:request_prefill_time_seconds)"
+    else:
+        means = sorted(r["ttft_mean"] for r in intervals)
+        baseline = means[len(means) // 2]
+        baseline_text = "the median interval's mean TTFT"
+    threshold = max(p["spike_ratio"] * baseline, baseline + p["min_excess_s"])
+    spikes = [i for i, r in enumerate(found) if r["ttft_n"] and r["ttft_mean"] >= threshold]
+    metrics = {"requests": total_n, "scrape_intervals": len(found), "baseline_mean_s": rounded(baseline),
+               "spike_line_s": rounded(threshold), "wait_source": "vLLM histograms (interval means)"}
+    thresholds = {k: p[k] for k in ("spike_ratio", "min_excess_s", "min_queue_share", "min_requests")}
+    the_chart = chart("line", "Mean TTFT and queue time per scrape interval", "time", "seconds", [
+        {"name": "mean TTFT (s)", "x": [iso(r["ts"]) for r in intervals], "y": [rounded(r["ttft_mean"]) for r in intervals]},
+        {"name": "mean queue time (s)", "x": [iso(r["ts"]) for r in found if r["queue_n"]],
+         "y": [rounded(r["queue_sum"] / r["queue_n"]) for r in found if r["queue_n"]]},
+    ], x_time=True, hlines=[{"y": rounded(threshold), "label": f"spike line ({p['spike_ratio']:g}x {baseline_text})"}])
+    evidence = {"metrics": metrics, "thresholds": thresholds, "chart": the_chart}
+    if not spikes:
+        return {"state": "clear", "evidence": evidence,
+                "summary": f"No TTFT spike in the scrapes: mean TTFT stayed under {secs(threshold)} in every interval "
+                           f"({baseline_text}: {secs(baseline)})."}
+    # Queue time is observed when a request finishes, after its first token: take the queue sum over the spike and
+    # the two scrapes after it, against the TTFT sum over the spike itself.
+    ttft_sum = sum(r["ttft_sum"] or 0 for r in found[spikes[0]:spikes[-1] + 1])
+    queue_sum = sum(r["queue_sum"] or 0 for r in found[spikes[0]:spikes[-1] + 3])
+    share = min(1.0, queue_sum / ttft_sum) if ttft_sum else None
+    worst = max((found[i] for i in spikes), key=lambda r: r["ttft_mean"])
+    first_with_traffic = next(i for i, r in enumerate(found) if r["ttft_n"])
+    # Scrapes lag the traffic (TTFT is observed at the first token), so a spike within two intervals of the first
+    # traffic is still the start of the data.
+    cold_start = spikes[0] <= first_with_traffic + 2
+    metrics |= {"worst_mean_ttft_s": rounded(worst["ttft_mean"]), "queue_share": rounded(share),
+                "spike_intervals": len(spikes), "cold_start": cold_start,
+                "observed_spike_ratio": rounded(ratio(worst["ttft_mean"], baseline)),
+                "target_ttft_p99_s": rounded(threshold)}
+    evidence["windows"] = [{"start": iso(found[spikes[0]]["prev_ts"]), "end": iso(found[spikes[-1]]["ts"])}]
+    if share is None or share < p["min_queue_share"]:
+        metrics["spike_kind"] = "prefill-driven"
+        return {"state": "clear", "evidence": evidence,
+                "summary": f"Mean TTFT jumped to {secs(worst['ttft_mean'])} but it is prefill-driven, not queue-driven: "
+                           f"queue time is {pct(share)} of TTFT around the spike (vLLM histograms)."}
+    metrics["spike_kind"] = "queue-driven"
+    where_text = "starting with the first traffic in the scrapes (cold start or initial burst)" if cold_start else \
+        f"from {evidence['windows'][0]['start']}"
+    result = {"state": "fired", "evidence": evidence,
+              "summary": f"Mean TTFT jumped to {secs(worst['ttft_mean'])} ({metrics['observed_spike_ratio']:.1f}x "
+                         f"{baseline_text}, {secs(baseline)}) in {len(spikes)} scrape interval(s) {where_text}; queue "
+                         f"time is {pct(share)} of TTFT around the spike. From vLLM's histograms only: interval means, "
+                         "no per-request p99 and no example requests."}
+    result["rollback"] = (f"After the change, watch the mean TTFT per scrape interval (vllm:time_to_first_token_seconds "
+                          f"sum/count): roll back if it does not stay below {secs(threshold)} through the next peak "
+                          "within 30 minutes, or if the error rate, timeouts or preemptions rise above what they were before.")
+    if metrics["observed_spike_ratio"] and metrics["observed_spike_ratio"] >= p["critical_ratio"]:
+        result["severity"] = "critical"
+    return result
