@@ -224,7 +224,9 @@ def ingest_inputs(
 
 def _ingest_metrics(con, metrics, plan: _Plan, *, run, at, index, keep_text: bool, strict: bool) -> dict:
     label = run or metrics.metrics_run_for(plan.path, index) or plan.path.name.split(".")[0]
-    decision = src.decide_source(con, label, "metrics", plan.path)
+    decide = getattr(metrics, "decide_metrics_source", None)
+    decision = (decide(con, label, plan.path, fmt=plan.metrics_format, at=at, index=index) if decide
+                else src.decide_source(con, label, "metrics", plan.path))
     con.execute("BEGIN TRANSACTION")
     try:
         summary = metrics.ingest_metrics_file(
