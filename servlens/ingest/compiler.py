@@ -211,11 +211,15 @@ def _raw_source(profile: Profile, opts: CompileOptions) -> tuple[str, bool]:
     return f"SELECT file_row_number + 1 AS _line, * EXCLUDE (file_row_number) FROM read_parquet({path}, file_row_number=true)", False
 
 
+_WINDOW_RE = re.compile(r"\bover\s*\(", re.IGNORECASE)
+
+
 def _try(expr: str, opts: CompileOptions) -> str:
     """In safe mode, try(): a value the expression cannot convert becomes NULL instead of failing the file. The fast
     path runs without it (try() costs about a fifth of the ingest); the ingester reruns a file in safe mode when the
-    fast path hits a conversion error."""
-    return f"try({expr})" if opts.safe else f"({expr})"
+    fast path hits a conversion error. DuckDB refuses window functions inside try(), so a window expression (a
+    [derived] attempt order within trace_id) always runs bare."""
+    return f"try({expr})" if opts.safe and not _WINDOW_RE.search(expr) else f"({expr})"
 
 
 def _time_adjust(profile: Profile, expr: str, opts: CompileOptions) -> str:
