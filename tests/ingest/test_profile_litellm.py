@@ -121,6 +121,21 @@ def test_fallback_chain_shares_trace_id(slp):
     # Every other request is its own trace.
     traces = [r["trace_id"] for r in rows]
     assert len(set(traces)) == 14 - 4
+    # Attempt order within the trace, and the group first asked for on the attempt that fell back.
+    assert [(r["attempt"], r["fallback_from"]) for r in rows] == (
+        [(1, None)] * 2 + [(1, None), (2, None), (3, "chat-primary")] * 2 + [(1, None)] * 6)
+
+
+def test_attempts_also_in_safe_mode():
+    """The ingester reruns a file with every expression in try() after a conversion error; DuckDB refuses window
+    functions inside try(), so the attempt order must still compile and give the same values."""
+    from servlens.ingest.profiles import get_profile
+    from servlens.ingest.requests import ingest_request_file
+
+    con = open_store(None)
+    ingest_request_file(con, SLP_RECORDED, get_profile("litellm-slp"), run="t", safe=True)
+    got = con.execute("SELECT source_line, attempt, fallback_from FROM requests ORDER BY source_line").fetchall()
+    assert [g[1:] for g in got[2:5]] == [(1, None), (2, None), (3, "chat-primary")]
 
 
 def test_cache_hit_is_flagged_and_not_a_served_latency(slp):

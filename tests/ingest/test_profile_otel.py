@@ -115,6 +115,9 @@ def test_deprecated_aliases_error_status_and_retry(otel):
         "error", 429, "429", "error")
     assert failed["error_message"] == "429 Quota exceeded for aiplatform.googleapis.com; request used key=[REDACTED]"
     assert (failed["prompt_tokens"], failed["completion_tokens"]) == (None, None)
+    # Two inference spans in one trace: attempts in start order.
+    assert (failed["attempt"], retry["attempt"]) == (1, 2)
+    assert by_span["eee19b7ec3c1b174"]["attempt"] == 1
 
 
 def test_embeddings_span_and_empty_status(otel):
@@ -185,6 +188,7 @@ def test_litellm_spans_values(litellm_otel):
         (124, 12, 12), (124, 16, 16), (124, 10, 10), (73, 8, 8), (73, 8, None)]
     # Each attempt is its own trace in LiteLLM's OTel output: the fallback chain cannot be rebuilt from trace ids.
     assert len({r["trace_id"] for r in rows}) == 7
+    assert {r["attempt"] for r in rows} == {1}
 
 
 def test_litellm_span_cache_hit(litellm_otel):
