@@ -106,7 +106,7 @@ def detect(ctx: DetectorContext) -> dict:
                (SELECT {q('max_tokens', 0.5)} FROM scope_requests WHERE fallback_from IS NULL) AS primary_cap
         FROM scope_requests
         WHERE {KNOWN} AND fallback_from IS NOT NULL
-        GROUP BY ALL ORDER BY capped DESC LIMIT 3""") if ctx.has("fallback_from") else []
+        GROUP BY served_model, max_tokens ORDER BY capped DESC LIMIT 3""") if ctx.has("fallback_from") else []
     smaller_fallback = [f for f in fallback if f["cap"] is not None and f["primary_cap"] is not None
                         and f["cap"] < f["primary_cap"] and f["capped"]]
 

@@ -38,7 +38,7 @@ def _gauge_by_window(ctx: DetectorContext, names: tuple[str, ...]) -> tuple[str 
         found = ctx.rows(
             f"""SELECT w, max(v) AS v FROM (
                     SELECT {spec.index_sql('ts')} AS w, ts, sum(value) AS v FROM scope_metrics
-                    WHERE name = ? AND series = 'value' GROUP BY ALL)
+                    WHERE name = ? AND series = 'value' GROUP BY ts)
                 GROUP BY w""",
             [name],
         )
