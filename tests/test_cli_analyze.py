@@ -206,3 +206,14 @@ def test_the_group_db_option_names_the_store(monkeypatch, capsys, store_path):
     code, out, _ = _main(monkeypatch, capsys, ["--db", store_path, "analyze", "--run", "burst50", "--select", "SL004",
                                                "--format", "json"])
     assert code == 0 and json.loads(out)["findings"][0]["state"] == "fired"
+
+
+def test_colour_only_for_a_terminal(cli_runner, store_path):
+    from servlens.render.analyze_text import render_analyze_text
+
+    doc = json.loads(invoke(cli_runner, ["analyze", "--db", store_path, "--run", "burst50", "--format", "json"] + FOUR).stdout)
+    plain = render_analyze_text(doc)
+    coloured = render_analyze_text(doc, color=True)
+    assert "\x1b[" not in plain and "\x1b[31m\x1b[1mCRITICAL\x1b[0m SL002" in coloured
+    assert invoke(cli_runner, ["analyze", "--db", store_path, "--run", "burst50"] + FOUR).output == plain.replace(
+        doc["generated_at"], doc["generated_at"])  # CliRunner is not a TTY: plain text

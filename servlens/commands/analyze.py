@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
@@ -78,12 +79,13 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
         con.close()
     if skipped:
         doc["coverage"]["skipped"] = skipped
-    write_output(render(doc, fmt, templates_dir), out)
+    color = fmt == "text" and out is None and sys.stdout.isatty()
+    write_output(render(doc, fmt, templates_dir, color=color), out)
     _warn_not_evaluable(doc)
     ctx.exit(1 if fails(doc, fail_on) else 0)
 
 
-def render(doc: dict, fmt: str, templates_dir: str | None = None) -> str:
+def render(doc: dict, fmt: str, templates_dir: str | None = None, color: bool = False) -> str:
     if fmt == "json":
         return json.dumps(doc, indent=2, ensure_ascii=False)
     if fmt == "md":
@@ -94,7 +96,7 @@ def render(doc: dict, fmt: str, templates_dir: str | None = None) -> str:
         return _html_renderer()(doc, templates_dir)
     from servlens.render.analyze_text import render_analyze_text
 
-    return render_analyze_text(doc)
+    return render_analyze_text(doc, color=color)
 
 
 def _html_renderer():

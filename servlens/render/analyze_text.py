@@ -54,7 +54,13 @@ def headline(doc: dict) -> str:
     return f"{fired}, {c['not_evaluable']} not evaluable, {c['clear']} clear"
 
 
-def render_analyze_text(doc: dict) -> str:
+_COLORS = {"CRITICAL": "red", "WARNING": "yellow", "INFO": "blue", "FIRED": None, "NOT EVALUABLE": "yellow"}
+
+
+def render_analyze_text(doc: dict, color: bool = False) -> str:
+    """The report as text; `color` adds ANSI colours to severities and headings (a terminal, never a file or pipe)."""
+    if color:
+        return _colorize(render_analyze_text(doc))
     cover = doc.get("coverage") or {}
     span = cover.get("time_span") or {}
     runs = doc["run"] if isinstance(doc["run"], list) else [doc["run"]]
@@ -102,4 +108,18 @@ def render_analyze_text(doc: dict) -> str:
             lines += _wrap(f"{f['rule']} {f['name']} [{scope_text(f['scope'])}]: {f['summary']}", "  ")
         lines.append("")
     lines.append("Summary: " + headline(doc) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def _colorize(text: str) -> str:
+    import click
+
+    lines = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        for word, fg in _COLORS.items():
+            if stripped.startswith(word):
+                line = line.replace(word, click.style(word, fg=fg, bold=True), 1)
+                break
+        lines.append(line)
     return "\n".join(lines) + "\n"
