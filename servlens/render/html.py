@@ -413,7 +413,9 @@ class _ReportBuilder:
                 out.append({"kind": "table", "title": title, "table": self.table(["", "before", "after"], rows, limits)})
                 title = None
                 value = {k: v for k, v in value.items() if k not in ("before", "after")}
-            scalars = [(humanize(k), format_keyed(k, v, limits.cell_chars)) for k, v in value.items() if is_scalar(v)]
+            # A null in a generic section is an absent note (no explanation, no summary), not a measurement.
+            scalars = [(humanize(k), format_keyed(k, v, limits.cell_chars)) for k, v in value.items()
+                       if is_scalar(v) and v is not None]
             scalar_lists = [
                 (humanize(k), ", ".join(format_cell(item, 80) for item in v[: limits.list_items])
                  + (f" … and {len(v) - limits.list_items} more" if len(v) > limits.list_items else ""))
@@ -614,9 +616,8 @@ class _ReportBuilder:
                  "method"}
         cohorts = doc.get("cohorts") or []
         return {
-            "title": "Release gate: " + " → ".join(
-                str(side.get("run") or side.get("label") or name) if isinstance(side, dict) else str(side)
-                for name, side in (("before", before), ("after", after))),
+            "title": "Release gate: " + " → ".join(_side_label(side, name)
+                                                   for name, side in (("before", before), ("after", after))),
             "verdict": str(doc.get("verdict") or "inconclusive"),
             "reason": doc.get("reason"),
             "before": before,
@@ -753,6 +754,18 @@ def _group_scrapes(sources: list[dict]) -> list[dict]:
         if row.get("_runs", 0) > 1:
             row["path"] = f"{row['path']} ({row['_runs']} runs)"
     return [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
+
+
+def _side_label(side: Any, default: str) -> str:
+    """What a run is called in the title: its label, or where it came from when the label is just before/after."""
+    if not isinstance(side, dict):
+        return str(side or default)
+    label = str(side.get("run") or side.get("label") or default)
+    paths = [str(s.get("path")) for s in side.get("sources") or [] if isinstance(s, dict) and s.get("path")]
+    if label in ("before", "after") and paths:
+        folders = {p.rsplit("/", 1)[0] if "/" in p else p for p in paths}
+        return folders.pop() if len(folders) == 1 else f"{label} ({len(paths)} files)"
+    return label
 
 
 def _side_value(key: str, value: Any, limits: Limits) -> str:
