@@ -66,17 +66,33 @@ def _short(runs: list[str], limit: int = 6) -> str:
     return ", ".join(runs[:limit]) + f", … ({len(runs)} runs)"
 
 
+def _namer(paths: list[str]):
+    """Paths shown relative to the folder they all share (so sibling folders' requests.jsonl stay apart)."""
+    import os
+
+    if len(paths) < 2:
+        return lambda p: Path(p).name
+    try:
+        base = os.path.commonpath(paths)
+    except ValueError:
+        return str
+    if base in paths:
+        base = str(Path(base).parent)
+    return lambda p: os.path.relpath(p, base)
+
+
 def ingest_text(report: dict, db_path: str | None = None) -> str:
     """The text summary of an ingest report: one block per request source, metrics grouped, then what was skipped."""
     lines: list[str] = []
     sources = report.get("sources", [])
+    name_of = _namer([s["path"] for s in sources] + [s["path"] for s in report.get("skipped") or []])
     requests = [s for s in sources if s.get("kind", "requests") == "requests"]
     metrics = [s for s in sources if s.get("kind") == "metrics"]
     if db_path:
         lines.append(f"Store: {db_path}")
     for source in requests:
         runs = source.get("runs") or []
-        name = Path(source["path"]).name
+        name = name_of(source["path"])
         lines.append(f"{name}  [{source['format']}]  run{'s' if len(runs) != 1 else ''} {_short(runs)}")
         if source.get("skipped"):
             lines.append(f"  already ingested: same content in the same run; nothing added ({source['rows']} rows there)")
@@ -116,8 +132,15 @@ def ingest_text(report: dict, db_path: str | None = None) -> str:
     skipped = report.get("skipped") or []
     if skipped:
         lines.append(f"Skipped {len(skipped)} file{'s' if len(skipped) != 1 else ''}:")
+        by_reason: dict[str, list[str]] = defaultdict(list)
         for item in skipped:
-            lines.append(f"  {Path(item['path']).name}: {item['reason']}")
+            by_reason[item["reason"]].append(name_of(item["path"]))
+        for reason, names in by_reason.items():
+            if len(names) == 1:
+                lines.append(f"  {names[0]}: {reason}")
+            else:
+                shown = ", ".join(names[:4]) + (f", … ({len(names)} files)" if len(names) > 4 else "")
+                lines.append(f"  {shown}: {reason}")
     if not requests and not metrics:
         lines.append("Nothing ingested.")
     return "\n".join(lines)
