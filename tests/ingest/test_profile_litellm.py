@@ -357,3 +357,18 @@ def test_spendlogs_payload_dicts_with_string_metadata_and_zoned_times():
         for column in ("status", "http_status", "error_type", "error_message", "prompt_tokens", "cached_tokens",
                        "completion_tokens", "fallback_from", "stream", "cache_hit", "model", "deployment"):
             assert row[column] == exp[column], column
+
+
+def test_redacted_messages_are_unknown_text_not_a_shared_prefix():
+    """turn_off_message_logging (recorded): every message and the answer become "redacted-by-litellm". Two different
+    prompts must not get one prefix_key (a false shared prefix for SL001), nor the placeholder count as an answer."""
+    path = DATA / "litellm_slp_redacted.jsonl"
+    raw = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [p["messages"] for p in raw] == [[{"role": "user", "content": "redacted-by-litellm"}]] * 2
+    assert {p["response"]["choices"][0]["message"]["content"] for p in raw} == {"redacted-by-litellm"}
+    _, _, rows = _ingest(path)
+    for row in rows:
+        assert (row["prefix_key"], row["content_empty"], row["content_has_reasoning_marker"], row["reasoning_present"]) == (
+            None, None, None, None)
+    assert [(r["prompt_tokens"], r["completion_tokens"], r["stream"]) for r in rows] == [(71, 6, False), (76, 6, True)]
+    assert rows[1]["ttft_s"] == pytest.approx(raw[1]["completionStartTime"] - raw[1]["startTime"], abs=1e-9)
