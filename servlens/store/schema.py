@@ -154,6 +154,15 @@ SELECT run, name, series, le, labels, prev_ts AS last_ts_before, ts AS first_ts_
        value AS value_after, source_id
 FROM metric_counter_increases
 WHERE is_reset;
+
+-- One row per process restart seen in the counters: the resets that follow the same last scrape (per scrape target,
+-- `instance` label when Prometheus added one). The restart happened in (last_ts_before, first_ts_after]; a series
+-- first seen again later (no traffic yet) does not make a second restart.
+CREATE VIEW IF NOT EXISTS metric_restarts AS
+SELECT run, labels['instance'] AS instance, last_ts_before, min(first_ts_after) AS first_ts_after,
+       count(*) AS series_reset
+FROM metric_counter_resets
+GROUP BY run, labels['instance'], last_ts_before;
 """
 
 

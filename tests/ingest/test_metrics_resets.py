@@ -135,3 +135,19 @@ def test_vllm_bench_scrapes_of_one_server_have_no_reset(store, shared_data):
         "SELECT list(increase ORDER BY ts) FROM metric_counter_increases "
         "WHERE name = 'vllm:request_success' AND labels['finished_reason'] = 'length'"
     ).fetchone() == ([None, 36.0, 80.0, 80.0],)
+
+
+def test_restarts_one_row_per_restart(store, shared_data):
+    ingest_folder_as_one_run(store, shared_data / "real-engine" / "vllm-cpu", "vday")
+    ingest_folder_as_one_run(store, shared_data / "real-engine" / "llamacpp", "lday")
+    ingest_folder_as_one_run(store, RESTART, "fixture")
+    rows = store.execute(
+        "SELECT run, instance, last_ts_before, first_ts_after, series_reset FROM metric_restarts ORDER BY run"
+    ).fetchall()
+    vllm_resets = store.execute("SELECT count(*) FROM metric_counter_resets WHERE run = 'vday'").fetchone()[0]
+    assert rows == [
+        ("fixture", None, utc(1795940015), utc(1795940030), 6),
+        ("lday", None, utc(1795937018.1996317), utc(1795937019.6788747), 7),
+        # metrics_index.jsonl: poisson_012 then noprefixcaching_nocache_000 (the server restarted without prefix caching)
+        ("vday", None, utc(1795937423.3579762), utc(1795937474.6061912), vllm_resets),
+    ]
