@@ -34,7 +34,10 @@ def test_ingest_a_folder_then_list_runs(tmp_path):
     assert ("9 metrics files  [prometheus-text]  run burst50: 135 samples, 0 bad lines, scrape time from index, "
             "2026-11-29 07:22:59 → 07:23:06 UTC (7.5 s)") in lines
     assert "Skipped 12 files:" in lines
-    assert "  llama-server.log: a server or console log (no per-request records)" in lines
+    assert ("  llama-server-prefix-fresh.log, llama-server.log: a server or console log (no per-request records)"
+            in lines)
+    assert ("  models.json, props.json, slots_burst50_end.json, slots_fresh_cache_end.json, … (9 files): "
+            "no format profile recognises it") in lines
 
     runs = servlens(tmp_path, "runs")
     assert runs.returncode == 0, runs.stderr
