@@ -87,7 +87,7 @@ def test_separate_runs_never_see_each_others_values(store, shared_data):
 def test_real_vllm_restart_between_runs_found_when_ingested_as_one_run(store, shared_data):
     ingest_folder_as_one_run(store, shared_data / "real-engine" / "vllm-cpu", "day")
     # process_start_time_seconds changes from 1795937337.78 to 1795937429.18 between poisson_012 and noprefixcaching_000
-    restart_scrape = utc(1795937474.6061912)  # metrics_index.jsonl: metrics_noprefixcaching_nocache_000.prom
+    restart_scrape = utc(1795937474.6061904)  # metrics_index.jsonl: metrics_noprefixcaching_nocache_000.prom
     prompt = store.execute(
         "SELECT last_ts_before, first_ts_after, value_before, value_after FROM metric_counter_resets "
         "WHERE name = 'vllm:prompt_tokens'"
@@ -149,5 +149,5 @@ def test_restarts_one_row_per_restart(store, shared_data):
         ("fixture", None, utc(1795940015), utc(1795940030), 6),
         ("lday", None, utc(1795937018.1996317), utc(1795937019.6788747), 7),
         # metrics_index.jsonl: poisson_012 then noprefixcaching_nocache_000 (the server restarted without prefix caching)
-        ("vday", None, utc(1795937423.3579762), utc(1795937474.6061912), vllm_resets),
+        ("vday", None, utc(1795937423.357976), utc(1795937474.6061904), vllm_resets),
     ]
