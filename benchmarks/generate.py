@@ -98,15 +98,16 @@ MODELS: tuple[ModelSpec, ...] = (
               25000, 0.012, 32768),
     ModelSpec("qwen2.5-32b-instruct", "Qwen/Qwen2.5-32B-Instruct", 0.25, 900, 1.0, 240, 0.9,
               9000, 0.030, 32768, fallback="llama-3.1-8b-instruct"),
-    ModelSpec("llama-3.3-70b-instruct", "meta-llama/Llama-3.3-70B-Instruct", 0.18, 1200, 1.1, 280, 0.9,
+    ModelSpec("llama-3.3-70b-instruct", "meta-llama/Llama-3.3-70B-Instruct", 0.18, 1200, 1.1, 240, 0.85,
               5000, 0.045, 131072, fallback="qwen2.5-32b-instruct"),
     ModelSpec("deepseek-r1-distill-qwen-14b", "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", 0.12, 300, 0.9, 900, 0.7,
               14000, 0.020, 32768, reasoning=True),
 )
 DEPLOYMENTS_PER_MODEL = 2
-# max_tokens a client sends (None: not sent) and how often; 256/512 sit inside the output distribution.
+# max_tokens a client sends (-1: not sent) and how often; 256/512 sit inside the output distribution, so a few
+# percent of answers end at the cap.
 MAX_TOKENS_CHOICES = np.array([-1, 256, 512, 1024, 2048, 4096])
-MAX_TOKENS_WEIGHTS = np.array([0.35, 0.06, 0.14, 0.25, 0.12, 0.08])
+MAX_TOKENS_WEIGHTS = np.array([0.40, 0.02, 0.06, 0.30, 0.14, 0.08])
 SHARED_PROMPTS = 6
 SHARED_PROMPT_SHARE = 0.55
 STREAM_SHARE = 0.7
@@ -449,9 +450,11 @@ _COMMON = """
     lower(md5('trace-' || $seed || '-' || c.trace_row)) AS hex_trace,
     lower(md5('call-' || $seed || '-' || c.row)) AS hex_call,
     c.error_kind >= 0 AS failed,
+    -- every user message is its own (a ticket number leads it), so only the system prompts are shared prefixes
     CASE WHEN $redact THEN [{'role': 'user', 'content': 'redacted-by-litellm'}]
-         WHEN c.system_id >= 0 THEN [{'role': 'system', 'content': s.system_text}, {'role': 'user', 'content': u.user}]
-         ELSE [{'role': 'user', 'content': u.user}] END AS messages,
+         WHEN c.system_id >= 0 THEN [{'role': 'system', 'content': s.system_text},
+                                     {'role': 'user', 'content': 'Ticket ' || (100000 + c.row) || ': ' || u.user}]
+         ELSE [{'role': 'user', 'content': 'Ticket ' || (100000 + c.row) || ': ' || u.user}] END AS messages,
     CASE WHEN c.finish = 'tool_calls' THEN NULL
          WHEN $redact THEN 'redacted-by-litellm'
          WHEN c.leak THEN a.thought || E'\\n</think>\\n\\n' || a.answer
