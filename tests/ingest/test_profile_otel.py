@@ -218,3 +218,18 @@ def test_repeated_attribute_key_keeps_the_first_value_and_the_file(tmp_path):
     ingest_inputs(con, [str(path)], run="t", from_format="otel-genai-spans")
     assert con.execute("SELECT request_id, prompt_tokens, e2e_s FROM requests ORDER BY request_id").fetchall() == [
         ("aa" * 16 + ":" + "bb" * 8, 10, 1.0), ("aa" * 16 + ":" + "cc" * 8, 10, 1.0)]
+
+
+def test_vllm_llm_request_spans_give_the_latency_split():
+    """vLLM's own tracing (--otlp-traces-endpoint): one SERVER span `llm_request` per request with gen_ai.latency.*
+    in seconds and no model, provider or operation (fixture shaped from vllm/v1/engine/output_processor.py)."""
+    path = OTLP.parent / "otel_vllm_spans.jsonl"
+    con = open_store(None)
+    ingest_inputs(con, [str(path)], run="t")
+    rows = con.execute(
+        "SELECT provider, model, queue_s, prefill_s, ttft_s, decode_s, tpot_s, e2e_s, prompt_tokens, completion_tokens, "
+        "max_tokens, stream, status, attrs->>'$.engine_request_id' FROM requests ORDER BY t_arrival").fetchall()
+    assert rows == [
+        ("vllm", None, 0.000412, 0.03125, 0.032125, 0.4125, 0.4125 / 127, 0.445875, 512, 128, 128, None, "ok", "chatcmpl-vllm-1"),
+        ("vllm", None, 3.25, 0.0625, 3.313, 0.375, 0.375 / 95, 3.6885, 1024, 96, 256, None, "ok", "chatcmpl-vllm-2"),
+    ]
