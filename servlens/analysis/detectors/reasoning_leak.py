@@ -10,7 +10,9 @@ reasoning_present, reasoning_has_marker) with finish_reason and reasoning_tokens
 - answer_swallowed_into_reasoning: finish stop, empty content, reasoning present (deepseek_r1-style parser with
   thinking disabled);
 - reasoning_missing: a thinking model (reasoning tokens reported, or a name in `thinking_models`) with no reasoning on
-  any response while content is non-empty: the template puts `<think>` in the prompt and the parser needs the start tag.
+  any response while content is non-empty: the template puts `<think>` in the prompt and the parser needs the start tag;
+- stream_mode_disagreement: reasoning split on (nearly) every streamed response and missing on (nearly) every
+  non-streamed one, or the reverse: the parser's two paths disagree.
 
 The share of requests showing any pattern fires the rule; the co-occurrence with length finishes is reported.
 """
@@ -39,6 +41,12 @@ PATTERNS = {
         "finish_reason = 'stop' AND content_empty = true AND reasoning_present = true",
         "the answer swallowed into reasoning (content empty, finish stop)",
         "a deepseek_r1-style parser with thinking disabled (enable_thinking=false) puts the answer in reasoning",
+    ),
+    "stream_mode_disagreement": (
+        "(set per scope)",
+        "reasoning split in one of streaming / non-streaming and missing in the other",
+        "the parser's streaming and non-streaming paths disagree (vLLM #35221 class); follow the path that splits "
+        "correctly and upgrade the parser",
     ),
     "reasoning_missing": (
         "reasoning_present = false AND content_empty = false AND {missing_everywhere}",
@@ -73,10 +81,23 @@ def detect(ctx: DetectorContext) -> dict:
     thinking = "TRUE" if (s["with_reasoning"] or s["with_reasoning_tokens"]) else "FALSE"
     missing_sql = "TRUE" if missing_everywhere else "FALSE"
     patterns = {name: where.format(thinking=thinking, missing_everywhere=missing_sql)
-                for name, (where, _, _) in PATTERNS.items()}
+                for name, (where, _, _) in PATTERNS.items() if name != "stream_mode_disagreement"}
     if not ctx.has("reasoning_present"):
         # Only marker flags known: the other patterns need reasoning_present.
         patterns = {"markers_in_content": patterns["markers_in_content"]}
+    elif ctx.has("stream"):
+        # Streaming and non-streaming take different parser paths (vLLM #35221 class): reasoning split on one path
+        # and missing on the other for the same model is a parser bug on the path where it is missing.
+        modes = {r["stream"]: r for r in ctx.rows(
+            """SELECT stream, count(*) AS n, avg(CASE WHEN reasoning_present THEN 1.0 ELSE 0.0 END) AS share
+               FROM scope_requests WHERE stream IS NOT NULL AND reasoning_present IS NOT NULL
+                 AND content_empty = false GROUP BY stream""")}
+        if len(modes) == 2 and min(m["n"] for m in modes.values()) >= p["min_leak_requests"]:
+            low = min(modes.values(), key=lambda m: m["share"])
+            high = max(modes.values(), key=lambda m: m["share"])
+            if high["share"] >= 0.8 and low["share"] <= 0.2:
+                patterns["stream_mode_disagreement"] = (
+                    f"stream = {'true' if low['stream'] else 'false'} AND reasoning_present = false AND content_empty = false")
     counts = ", ".join(
         f"count(*) FILTER (WHERE {where}) AS {name}, "
         f"count(*) FILTER (WHERE ({where}) AND finish_reason = 'length') AS {name}_length"
