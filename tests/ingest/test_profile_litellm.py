@@ -372,3 +372,18 @@ def test_redacted_messages_are_unknown_text_not_a_shared_prefix():
             None, None, None, None)
     assert [(r["prompt_tokens"], r["completion_tokens"], r["stream"]) for r in rows] == [(71, 6, False), (76, 6, True)]
     assert rows[1]["ttft_s"] == pytest.approx(raw[1]["completionStartTime"] - raw[1]["startTime"], abs=1e-9)
+
+
+def test_streamed_cache_hit_has_no_ttft():
+    """A streamed request answered from LiteLLM's response cache (recorded): stream true, cache_hit true, and a
+    completionStartTime seconds after startTime that measures the cache replay, not a model's first token."""
+    path = DATA / "litellm_slp_stream_cache_hit.jsonl"
+    raw = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(p["stream"], p["cache_hit"]) for p in raw] == [(True, False), (True, True)]
+    _, _, rows = _ingest(path)
+    miss, hit = rows
+    assert miss["ttft_s"] == pytest.approx(raw[0]["completionStartTime"] - raw[0]["startTime"], abs=1e-9)
+    assert (hit["cache_hit"], hit["stream"], hit["ttft_s"], hit["t_first_token"], hit["e2e_s"], hit["tpot_s"]) == (
+        True, True, None, None, None, None)
+    assert hit["attrs"]["cache_hit_response_s"] == pytest.approx(raw[1]["endTime"] - raw[1]["startTime"], abs=1e-9)
+    assert hit["request_id"].startswith(miss["request_id"] + "_cache_hit") and hit["trace_id"] != miss["trace_id"]
