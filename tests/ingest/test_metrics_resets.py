@@ -6,6 +6,8 @@ import math
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pytest
+
 from servlens.ingest.metrics import METRIC_FORMATS, ingest_metrics_file, sniff_metrics
 from servlens.ingest.sources import decide_source
 
@@ -94,7 +96,7 @@ def test_real_vllm_restart_between_runs_found_when_ingested_as_one_run(store, sh
     ).fetchall()
     assert len(prompt) == 1
     assert prompt[0][2:] == (43073.0, 0.0)  # metrics_poisson_012.prom -> metrics_noprefixcaching_nocache_000.prom
-    assert abs((prompt[0][1] - restart_scrape).total_seconds()) < 1e-6
+    assert abs((prompt[0][1] - restart_scrape).total_seconds()) <= 1e-6  # float seconds -> microseconds
     # across the whole day the prompt tokens counted are the two processes' totals added
     assert store.execute(
         "SELECT sum(increase) FROM metric_counter_increases WHERE name = 'vllm:prompt_tokens'"
@@ -142,12 +144,12 @@ def test_restarts_one_row_per_restart(store, shared_data):
     ingest_folder_as_one_run(store, shared_data / "real-engine" / "llamacpp", "lday")
     ingest_folder_as_one_run(store, RESTART, "fixture")
     rows = store.execute(
-        "SELECT run, instance, last_ts_before, first_ts_after, series_reset FROM metric_restarts ORDER BY run"
+        "SELECT run, instance, epoch(last_ts_before), epoch(first_ts_after), series_reset FROM metric_restarts ORDER BY run"
     ).fetchall()
     vllm_resets = store.execute("SELECT count(*) FROM metric_counter_resets WHERE run = 'vday'").fetchone()[0]
     assert rows == [
-        ("fixture", None, utc(1795940015), utc(1795940030), 6),
-        ("lday", None, utc(1795937018.1996317), utc(1795937019.6788747), 7),
+        ("fixture", None, 1795940015.0, 1795940030.0, 6),
+        ("lday", None, pytest.approx(1795937018.1996317, abs=1e-6), pytest.approx(1795937019.6788747, abs=1e-6), 7),
         # metrics_index.jsonl: poisson_012 then noprefixcaching_nocache_000 (the server restarted without prefix caching)
-        ("vday", None, utc(1795937423.357976), utc(1795937474.6061904), vllm_resets),
+        ("vday", None, pytest.approx(1795937423.357976, abs=1e-6), pytest.approx(1795937474.6061904, abs=1e-6), vllm_resets),
     ]
