@@ -416,15 +416,21 @@ class _ReportBuilder:
             # A null in a generic section is an absent note (no explanation, no summary), not a measurement.
             scalars = [(humanize(k), format_keyed(k, v, limits.cell_chars)) for k, v in value.items()
                        if is_scalar(v) and v is not None]
+            lists = {k: v for k, v in value.items() if isinstance(v, list) and v and all(is_scalar(x) for x in v)}
+            # Short values (model names, band labels) read as one line; sentences (skipped files and why) as a list.
+            long_lists = {k: v for k, v in lists.items() if any(len(format_cell(x)) > 40 for x in v)}
             scalar_lists = [
                 (humanize(k), ", ".join(format_cell(item, 80) for item in v[: limits.list_items])
                  + (f" … and {len(v) - limits.list_items} more" if len(v) > limits.list_items else ""))
-                for k, v in value.items()
-                if isinstance(v, list) and v and all(is_scalar(item) for item in v)
+                for k, v in lists.items() if k not in long_lists
             ]
             if scalars or scalar_lists:
                 out.append({"kind": "kv", "title": title, "items": scalars + scalar_lists})
-                title = None if not scalars and not scalar_lists else None
+                title = None
+            for key, items in long_lists.items():
+                out.append({"kind": "list", "title": humanize(key),
+                            "items": [format_cell(x, limits.cell_chars) for x in items[: limits.list_items]],
+                            "hidden": max(0, len(items) - limits.list_items)})
             for key, item in value.items():
                 if is_scalar(item) or (isinstance(item, list) and all(is_scalar(x) for x in item)):
                     continue

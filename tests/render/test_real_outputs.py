@@ -99,3 +99,13 @@ def test_analyze_and_report_commands_write_the_same_html(analyze_result):
     done = servlens("report", str(folder / "result.json"), "--out", str(folder / "again.html"), cwd=folder)
     assert done.returncode == 0, done.stderr
     assert (folder / "again.html").read_text() == render_html(doc)
+
+
+@pytest.mark.parametrize("fmt", ["md", "text"])
+def test_report_command_rerenders_real_results_in_every_format(analyze_result, compare_result, fmt):
+    for doc, folder in (analyze_result, compare_result):
+        done = servlens("report", str(folder / "result.json"), "--format", fmt, cwd=folder)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip()
+        if doc["kind"] == "compare":
+            assert doc["verdict"] in done.stdout.lower()
