@@ -20,7 +20,11 @@ if str(REPO) not in sys.path:  # tools/ is not installed; the harness is importe
 HERE = Path(__file__).resolve().parent
 ENGINE_MISSING = None
 for _mod in ("xllamacpp", "gguf", "requests"):
-    if importlib.util.find_spec(_mod) is None:
+    try:
+        _found = importlib.util.find_spec(_mod) is not None
+    except (ImportError, ValueError):
+        _found = False
+    if not _found:
         ENGINE_MISSING = f"the real-engine tests need the '{_mod}' package (pip install -e '.[test]')"
         break
 

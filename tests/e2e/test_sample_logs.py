@@ -50,3 +50,28 @@ def sample_findings(tmp_path_factory) -> dict:
 ])
 def test_sample_logs_show_what_their_readmes_say(sample_findings, rule, run, want):
     assert sample_findings.get((rule, run)) == want
+
+
+def test_mixed_sample_context_overflows_are_errors_with_the_slot_context(tmp_path):
+    """llama.cpp splits --ctx-size between the --parallel slots (8192 / 4 = 2048 here): a longer prompt is refused
+    with HTTP 400 exceed_context_size_error, which ingest keeps as an error row with the slot's context window."""
+    import duckdb
+
+    raw = [r for r in _records("mixed") if r["http_status"] == 400]
+    assert raw, "the mixed recording has over-long prompts"
+    db = tmp_path / "mixed.duckdb"
+    result = servlens("ingest", SAMPLE_LOGS / "mixed", "--db", db)
+    assert result.returncode == 0, result.stdout + result.stderr
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        rows = con.execute("SELECT status, error_type, context_window, prompt_tokens, finish_reason FROM requests "
+                           "WHERE http_status = 400 ORDER BY prompt_tokens").fetchall()
+        ok_unknown = con.execute("SELECT count(*) FROM requests WHERE http_status = 200 AND status <> 'ok'"
+                                 ).fetchone()[0]
+    finally:
+        con.close()
+    want = sorted((r["response"]["error"]["n_prompt_tokens"], r["response"]["error"]["n_ctx"]) for r in raw)
+    assert [(p, c) for _, _, c, p, _ in rows] == want
+    assert all(c == 2048 for _, c in want)
+    assert {(s, e) for s, e, _, _, _ in rows} == {("error", "exceed_context_size_error")}
+    assert ok_unknown == 0
