@@ -262,6 +262,10 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
             f"SELECT _line, coalesce(_text, '') AS _text, try(json_extract_string(_text, {listed})) AS _js FROM _raw",
         ))
         is_object = "(_js IS NOT NULL AND (starts_with(_text, '{') OR regexp_matches(_text, '^\\s*\\{')))"
+        if profile.explode_path and profile.explode_path.startswith("$["):
+            # A profile that explodes a top-level array (explode.path "$[*]", e.g. an API answer that is a JSON
+            # list of rows) takes an array as its document.
+            is_object = "(_js IS NOT NULL AND (starts_with(_text, '{') OR starts_with(_text, '[') OR regexp_matches(_text, '^\\s*[\\{\\[]')))"
         ctes.append((
             "_valid",
             f"SELECT _line, _text, _js, {is_object} AS _parsed, CASE WHEN {is_object} THEN _text END AS j FROM _typed",

@@ -169,7 +169,9 @@ def score_profile(profile: Profile, sample: FileSample, name: str) -> tuple[floa
         may = profile.detect_may_columns
         bonus = 10.0 * sum(c in header for c in may) / len(may) if may else 0.0
         return 100.0 + bonus + filename_bonus, 1.0, []
-    records = [r for r in sample.records if isinstance(r, dict)]
+    # A profile exploding "$[*]" reads a top-level JSON list (an API answer) as its document.
+    takes_list = bool(profile.explode_path and profile.explode_path.startswith("$["))
+    records = [r for r in sample.records if isinstance(r, dict) or (takes_list and isinstance(r, list))]
     if not records or not profile.detect_must:
         return 0.0, 0.0, list(profile.detect_must)
     must = [(p, parse_path(p)) for p in profile.detect_must]
