@@ -670,8 +670,12 @@ class _ReportBuilder:
         else:
             is_ratio = gate.get("ratio") is not None or ("diff" not in gate and _is_latency(metric))
         if is_ratio:
-            change = _signed_percent_from_ratio(gate.get("ratio"))
-            interval = (_signed_percent_from_ratio(gate.get("ci_low")), _signed_percent_from_ratio(gate.get("ci_high")))
+            ratio, high = _finite(gate.get("ratio")), _finite(gate.get("ci_high"))
+            # Past 2× a multiple reads better than "+3808.9%".
+            as_multiple = (ratio is not None and ratio >= 2) or (high is not None and high >= 3)
+            show = _multiple if as_multiple else _signed_percent_from_ratio
+            change = show(gate.get("ratio"))
+            interval = (show(gate.get("ci_low")), show(gate.get("ci_high")))
             tolerance = _tolerance_text(gate.get("tolerance"), ratio=True)
         else:
             change = _signed_points(gate.get("diff"))
@@ -805,6 +809,11 @@ def _signed_percent_from_ratio(ratio: Any) -> str:
     if number is None:
         return "—"
     return f"{(number - 1) * 100:+.1f}%"
+
+
+def _multiple(ratio: Any) -> str:
+    number = _finite(ratio)
+    return "—" if number is None else f"×{number:.3g}"
 
 
 def _signed_points(diff: Any) -> str:

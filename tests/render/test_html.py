@@ -283,3 +283,10 @@ def test_unknown_kind_is_an_input_error():
 def test_empty_analyze_result_says_so():
     page = render_html({"kind": "analyze", "schema_version": 1, "findings": [], "coverage": {}})
     assert 'data-verdict="clean"' in page and "No findings" in page and "Every rule had the data it needs." in page
+
+
+def test_large_latency_ratios_read_as_multiples(compare_doc):
+    compare_doc["gates"][0].update(ratio=39.09, ci_low=22.1, ci_high=56.8)
+    text = " ".join(scan(render_html(compare_doc)).text)
+    assert "×39.1" in text and "[×22.1, ×56.8]" in text
+    assert "+3809" not in text
