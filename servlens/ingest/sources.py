@@ -89,9 +89,13 @@ class SourceDecision:
     old_source_id: int | None = None
 
 
-def decide_source(con: duckdb.DuckDBPyConnection, run: str, kind: str, path: Path) -> SourceDecision:
-    """Same content in the same run is skipped; a changed file at the same path replaces that source's rows."""
-    sha = file_sha256(path)
+def decide_source(
+    con: duckdb.DuckDBPyConnection, run: str, kind: str, path: Path, sha256: str | None = None
+) -> SourceDecision:
+    """Same content in the same run is skipped; a changed file at the same path replaces that source's rows.
+
+    `sha256`: the file's digest when the caller already has it (one file, several runs: hash it once)."""
+    sha = sha256 or file_sha256(path)
     size = path.stat().st_size
     same_content = con.execute(
         "SELECT source_id FROM sources WHERE run = ? AND kind = ? AND sha256 = ?", [run, kind, sha]
