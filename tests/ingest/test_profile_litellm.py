@@ -387,3 +387,23 @@ def test_streamed_cache_hit_has_no_ttft():
         True, True, None, None, None, None)
     assert hit["attrs"]["cache_hit_response_s"] == pytest.approx(raw[1]["endTime"] - raw[1]["startTime"], abs=1e-9)
     assert hit["request_id"].startswith(miss["request_id"] + "_cache_hit") and hit["trace_id"] != miss["trace_id"]
+
+
+def test_spendlogs_api_answer_reads_like_the_table_export():
+    """GET /spend/logs saved to a file: one JSON list, newest first, +00:00 ISO times, nested Json columns."""
+    path = DATA / "litellm_spendlogs_api.json"
+    listed = json.loads(path.read_text())
+    assert isinstance(listed, list) and listed[0]["startTime"].endswith("+00:00")
+    assert listed[0]["startTime"] > listed[-1]["startTime"]  # newest first
+    assert sniff(path, builtin_profiles()).profile.name == "litellm-spendlogs-api"
+    _, report, rows = _ingest(path)
+    assert (report.to_dict()["sources"][0]["rows"], report.to_dict()["sources"][0]["bad_lines"]) == (10, 0)
+    _, _, exported = _ingest(SPEND_JSONL)
+    by_id = {r["request_id"]: r for r in exported}
+    assert sorted(by_id) == sorted(r["request_id"] for r in rows)
+    for row in rows:
+        other = by_id[row["request_id"]]
+        assert row["attrs"].pop("index") == [r["request_id"] for r in listed].index(row["request_id"]) + 1
+        for column, value in row.items():
+            if column not in ("source_line", "source_id"):
+                assert value == other[column], column

@@ -31,6 +31,7 @@ def test_ingest_the_gateway_folder(tmp_path):
         "litellm_slp_stream_cache_hit.jsonl": ("litellm-slp", 2, 0),
         "litellm_spendlogs.csv": ("litellm-spendlogs-csv", 10, 0),
         "litellm_spendlogs.jsonl": ("litellm-spendlogs-json", 10, 0),
+        "litellm_spendlogs_api.json": ("litellm-spendlogs-api", 10, 0),
         "spendlogs_payloads.jsonl": ("litellm-spendlogs-json", 10, 0),
         "otel_genai_spans.jsonl": ("otel-genai-spans", 4, 1),
         "otel_litellm_recorded.jsonl": ("otel-genai-spans", 7, 0),

@@ -7,7 +7,7 @@ exports an operator makes from Postgres:
 Postgres renders what Prisma stored: DateTime columns are timestamp(3) without time zone holding UTC (rounded to the
 millisecond, trailing zeros dropped), Json columns are jsonb (keys ordered by length then bytes, ", " and ": "
 separators), NULL is an empty unquoted CSV field and an empty string is "". Column order follows schema.prisma.
-Usage: python to_postgres_exports.py spendlogs_payloads.jsonl OUT_DIR
+Usage: python to_postgres_exports.py spendlogs_payloads.jsonl OUT_DIR  (writes all three)
 """
 import csv
 import json
@@ -107,5 +107,25 @@ def main(src: str, out_dir: str) -> None:
             f_json.write("{" + ",".join(parts) + "}\n")
 
 
+def api_json(rows: list, out: Path) -> None:
+    listed = []
+    for row in sorted(rows, key=lambda r: ts3(r["startTime"]), reverse=True):
+        item = {}
+        for col in COLUMNS:
+            value = row.get(col)
+            if col in ("created_at", "updated_at"):
+                value = (ts3(row["endTime"]) + timedelta(seconds=5)).isoformat()
+            if col in JSON_COLUMNS and value is not None:
+                value = jsonb_order(json.loads(value) if isinstance(value, str) else value)
+            elif col in TIME_COLUMNS and value is not None:
+                value = ts3(value).replace(tzinfo=timezone.utc).isoformat()
+            elif col == "spend":
+                value = float(value or 0.0)
+            item[col] = value
+        listed.append(item)
+    (out / "litellm_spendlogs_api.json").write_text(json.dumps(listed, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+
+
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
+    api_json([json.loads(line) for line in open(sys.argv[1], encoding="utf-8")], Path(sys.argv[2]))
