@@ -109,58 +109,81 @@ def ingest_request_file(
         except duckdb.Error as exc:
             raise ConfigError(f"Profile {profile.name}: a macro does not compile: {_first_line(exc)}") from exc
 
-    try:
-        runs = [run] if run is not None else (
-            _runs_in_file(con, compiled, opts.default_run) if profile.run else [opts.default_run]
-        )
-    except (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.OutOfRangeException) as exc:
-        if safe:
-            raise _profile_error(profile, path, exc) from exc
-        return ingest_request_file(
-            con, path, profile, run=run, keep_text=keep_text, strict=strict, start=start, tz=tz,
-            json_multiline=json_multiline, safe=True,
-        )
-    except duckdb.Error as exc:
-        raise _profile_error(profile, path, exc) from exc
+    digest = src.file_sha256(path)
+    # Runs named inside the file are learnt from the rows once they are inserted (one pass over the file). Only when
+    # this exact content was ingested before does a cheap pre-pass find its runs, to skip without inserting.
+    learn_runs = run is None and profile.run is not None
+    runs: list[str] | None = [run if run is not None else opts.default_run]
+    retry = dict(run=run, keep_text=keep_text, strict=strict, start=start, tz=tz, json_multiline=json_multiline,
+                 safe=True)
+    if learn_runs:
+        runs = None
+        seen = con.execute(
+            "SELECT count(*) FROM sources WHERE kind = 'requests' AND path = ? AND sha256 = ?", [str(path), digest]
+        ).fetchone()[0]
+        if seen:
+            try:
+                runs = _runs_in_file(con, compiled, opts.default_run)
+            except _CONVERSION_ERRORS as exc:
+                if safe:
+                    raise _profile_error(profile, path, exc) from exc
+                return ingest_request_file(con, path, profile, **retry)
+            except duckdb.Error as exc:
+                raise _profile_error(profile, path, exc) from exc
 
     con.execute("BEGIN TRANSACTION")
     try:
         ids: dict[str, int] = {}
-        for label in runs:
-            decision = src.decide_source(con, label, "requests", path)
-            if decision.action == "skip":
-                continue
-            if decision.action == "replace":
-                src.delete_source(con, decision.old_source_id)
-                result.replaced = True
-            src.ensure_run(con, label, relative_clock=relative, tz=tz if profile.clock == "naive" else None)
-            ids[label] = src.insert_source(con, run=label, kind="requests", path=path, decision=decision, fmt=profile.name)
-        result.runs = list(runs)
-        if not ids:
-            con.execute("ROLLBACK")
-            result.skipped = True
-            result.note = "already ingested: same content in the same run(s); nothing added"
-            _fill_from_existing(con, result, runs, path)
-            return result
+        naive_tz = tz if profile.clock == "naive" else None
+        if runs is not None:
+            for label in runs:
+                decision = src.decide_source(con, label, "requests", path, sha256=digest)
+                if decision.action == "skip":
+                    continue
+                if decision.action == "replace":
+                    src.delete_source(con, decision.old_source_id)
+                    result.replaced = True
+                src.ensure_run(con, label, relative_clock=relative, tz=naive_tz)
+                ids[label] = src.insert_source(con, run=label, kind="requests", path=path, decision=decision,
+                                               fmt=profile.name)
+            result.runs = list(runs)
+            if not ids:
+                con.execute("ROLLBACK")
+                result.skipped = True
+                result.note = "already ingested: same content in the same run(s); nothing added"
+                _fill_from_existing(con, result, runs, path)
+                return result
+            first_id = next(iter(ids.values()))
+            source_sql = "CASE _run " + " ".join(f"WHEN {sql_str(k)} THEN {v}" for k, v in ids.items()) + f" ELSE {first_id} END"
+            where = "_run IN (" + ", ".join(sql_str(k) for k in ids) + ")"
+        else:
+            # A provisional source holds every row until the runs are known.
+            pending = src.SourceDecision("new", digest, path.stat().st_size)
+            first_id = src.insert_source(con, run=_PENDING_RUN, kind="requests", path=path, decision=pending,
+                                         fmt=profile.name)
+            source_sql, where = str(first_id), "true"
         if profile.reader == "csv":
             con.execute("DROP TABLE IF EXISTS _sl_csv_rejects; DROP TABLE IF EXISTS _sl_csv_reject_scans")
-        first_id = next(iter(ids.values()))
-        source_case = "CASE _run " + " ".join(f"WHEN {sql_str(k)} THEN {v}" for k, v in ids.items()) + f" ELSE {first_id} END"
-        where = "_run IN (" + ", ".join(sql_str(k) for k in ids) + ")"
-        sql = compiled.select(source_id_sql=source_case, where_sql=where)
+        sql = compiled.select(source_id_sql=source_sql, where_sql=where)
         try:
             con.execute(f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)})\n{sql}")
-        except (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.OutOfRangeException) as exc:
+        except _CONVERSION_ERRORS as exc:
             if opts.safe:
                 raise _profile_error(profile, path, exc) from exc
             # A value an expression cannot convert: redo this file with every expression in try() (slower, exact).
             con.execute("ROLLBACK")
-            return ingest_request_file(
-                con, path, profile, run=run, keep_text=keep_text, strict=strict, start=start, tz=tz,
-                json_multiline=json_multiline, safe=True,
-            )
+            return ingest_request_file(con, path, profile, **retry)
         except duckdb.Error as exc:
             raise _profile_error(profile, path, exc) from exc
+        if runs is None:
+            ids = _assign_learnt_runs(con, result, path, profile, first_id, digest, relative, naive_tz)
+            if not ids:
+                con.execute("ROLLBACK")
+                result.skipped = True
+                result.note = "already ingested: same content in the same run(s); nothing added"
+                _fill_from_existing(con, result, result.runs, path)
+                return result
+            first_id = next(iter(ids.values()))
         id_list = ", ".join(str(v) for v in ids.values())
         con.execute(
             f"""INSERT INTO ingest_errors (source_id, path, line, byte_length, reason, keys_seen, excerpt)
@@ -197,6 +220,39 @@ def ingest_request_file(
     result.source_ids = list(ids.values())
     _fill_counts(con, result)
     return result
+
+
+_CONVERSION_ERRORS = (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.OutOfRangeException)
+_PENDING_RUN = "\x00pending"
+
+
+def _assign_learnt_runs(con, result: SourceResult, path: Path, profile: Profile, pending_id: int, digest: str,
+                        relative: bool, naive_tz: str | None) -> dict[str, int]:
+    """Split the provisional source's rows into one source per run found in them (skip/replace decided per run)."""
+    found = [r[0] for r in con.execute(
+        "SELECT DISTINCT run FROM requests WHERE source_id = ? AND run IS NOT NULL ORDER BY 1", [pending_id]
+    ).fetchall()]
+    result.runs = found or [_stem(path)]
+    ids: dict[str, int] = {}
+    for label in result.runs:
+        decision = src.decide_source(con, label, "requests", path, sha256=digest)
+        if decision.action == "skip":
+            con.execute("DELETE FROM requests WHERE source_id = ? AND run = ?", [pending_id, label])
+            continue
+        if decision.action == "replace":
+            src.delete_source(con, decision.old_source_id)
+            result.replaced = True
+        src.ensure_run(con, label, relative_clock=relative, tz=naive_tz)
+        if not ids:
+            # the first run keeps the provisional source (and the bad lines, which have no run)
+            con.execute("UPDATE sources SET run = ? WHERE source_id = ?", [label, pending_id])
+            ids[label] = pending_id
+        else:
+            ids[label] = src.insert_source(con, run=label, kind="requests", path=path, decision=decision,
+                                           fmt=profile.name)
+            con.execute("UPDATE requests SET source_id = ? WHERE source_id = ? AND run = ?",
+                        [ids[label], pending_id, label])
+    return ids
 
 
 def _stem(path: Path) -> str:

@@ -441,3 +441,23 @@ def test_builtin_profiles_are_package_data():
             "burstgpt-trace.toml"} <= set(names)
     assert {p.name for p in builtin_profiles()} >= {"openai-client-log", "vllm-bench", "mooncake-trace",
                                                      "azure-llm-trace", "burstgpt-trace"}
+
+
+def test_a_file_naming_its_runs_is_skipped_or_replaced_per_run(con, tmp_path):
+    records = real_lines("llamacpp")
+    path = write_jsonl(tmp_path / "requests.jsonl", records)
+    first = ingest_inputs(con, [str(path)])
+    assert first.sources[0]["rows"] == 174 and len(first.runs) == 6
+    again = ingest_inputs(con, [str(path)])
+    assert again.sources[0]["skipped"] is True and again.runs == first.runs
+    # the file changes: only its poisson lines remain, plus one bad line (which has no run)
+    write_jsonl(path, [r for r in records if r["run"] == "poisson"] + ["{broken"])
+    changed = ingest_inputs(con, [str(path)])
+    assert changed.sources[0]["replaced"] is True and changed.runs == ["poisson"]
+    assert changed.sources[0]["rows"] == 60 and changed.sources[0]["bad_lines"] == 1
+    # the poisson source was replaced; the other runs' sources from the old content stay as they were
+    assert con.execute("SELECT run, count(*) FROM requests GROUP BY 1 ORDER BY 1").fetchall() == [
+        ("burst50", 50), ("fresh_cache", 16), ("fresh_nocache", 16), ("poisson", 60), ("prefix_cache", 16),
+        ("prefix_nocache", 16)]
+    assert one(con, "SELECT count(*) FROM sources WHERE run = 'poisson'") == (1,)
+    assert one(con, "SELECT count(*) FROM sources WHERE run LIKE '%pending%'") == (0,)
