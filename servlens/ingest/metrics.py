@@ -64,7 +64,6 @@ from servlens.ingest.sources import (
     delete_source,
     ensure_run,
     insert_source,
-    update_source_counts,
 )
 
 API_FORMAT = "prometheus-api"
@@ -396,7 +395,18 @@ def ingest_metrics_file(
         source_id = insert_source(con, run=run, kind="metrics", path=path, decision=decision, fmt=fmt, time_source=time_source)
         _insert_rows(con, run, source_id, rows)
         _insert_errors(con, source_id, path, errors, keep_text)
-    update_source_counts(con, source_id)
+    # The counts of this source only (update_source_counts would also scan the requests table for every scrape).
+    con.execute(
+        """
+        UPDATE sources SET
+          rows = (SELECT count(*) FROM metric_samples WHERE source_id = $id),
+          bad_lines = (SELECT count(*) FROM ingest_errors WHERE source_id = $id),
+          t_min = (SELECT min(ts) FROM metric_samples WHERE source_id = $id),
+          t_max = (SELECT max(ts) FROM metric_samples WHERE source_id = $id)
+        WHERE source_id = $id
+        """,
+        {"id": source_id},
+    )
     counts = con.execute(
         "SELECT rows, bad_lines, t_min, t_max FROM sources WHERE source_id = ?", [source_id]
     ).fetchone()
