@@ -124,8 +124,9 @@ def _run_info(con, before: str, after: str) -> dict:
 def _method_text(policy: Policy) -> dict:
     return {
         "latency": ("ratio after/before of a quantile; the after run's cohorts re-weighted to the before run's mix; "
-                    f"percentile interval from a stratified bootstrap ({policy.bootstrap_resamples} resamples of "
-                    "each cohort's histogram); location test: van Elteren stratified Wilcoxon"),
+                    f"interval: the union of a stratified bootstrap percentile interval ({policy.bootstrap_resamples} "
+                    "resamples of each cohort's histogram) and Woodruff's distribution-free interval combined over the "
+                    "two runs by square-and-add on the log scale; location test: van Elteren stratified Wilcoxon"),
         "rates": ("difference after − before of the directly standardised rate (before run's mix); Newcombe "
                   "hybrid score interval from Wilson intervals at the effective sample size (Clopper-Pearson "
                   "below 10 events)"),
