@@ -70,4 +70,7 @@ def render_analyze_markdown(doc: dict) -> str:
         out += [f"| {f['rule']} {md_escape(f['name'])} | {md_escape(scope_text(f['scope']))} | {md_escape(f['summary'])} |"
                 for f in clear]
         out += ["", "</details>", ""]
+    workload = (doc.get("workload") or {}).get("summary") or []
+    if workload:
+        out += ["### Workload", ""] + [f"- {md_escape(line)}" for line in workload] + [""]
     return "\n".join(out)

@@ -107,6 +107,12 @@ def render_analyze_text(doc: dict, color: bool = False) -> str:
         for f in clear:
             lines += _wrap(f"{f['rule']} {f['name']} [{scope_text(f['scope'])}]: {f['summary']}", "  ")
         lines.append("")
+    workload = (doc.get("workload") or {}).get("summary") or []
+    if workload:
+        lines.append("WORKLOAD")
+        for line in workload:
+            lines += _wrap(line, "  ")
+        lines.append("")
     lines.append("Summary: " + headline(doc) + ".")
     return "\n".join(lines) + "\n"
 

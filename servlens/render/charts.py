@@ -228,8 +228,13 @@ def _draw(axes, chart: dict, relative_clock: bool, legend_below: bool = False) -
                 width = 0.8 / max(bar_count, 1)
                 offsets = [p - 0.4 + width * (index + 0.5) for p in positions]
                 axes.bar(offsets, ys, width=width, color=colour, label=label)
-                axes.set_xticks(positions, [_text(v)[:24] for v in xs], rotation=30 if len(xs) > 6 else 0,
-                                ha="right" if len(xs) > 6 else "center")
+                # Category labels share the width: wrap each to its slot (two lines at most) at _ - / and spaces.
+                width = max(6, int(100 / max(len(xs), 1)))
+                labels = [_wrap_label(_text(v), width) for v in xs]
+                axes.set_xticks(positions, labels)
+                if any("\n" in label for label in labels):
+                    params = axes.figure.subplotpars
+                    axes.figure.subplots_adjust(bottom=params.bottom + 0.05)
             else:
                 width = _bar_width(xs) / max(bar_count, 1)
                 axes.bar([x + width * index for x in xs], ys, width=width, color=colour, label=label,
@@ -310,6 +315,19 @@ def _positive(axes, which: str) -> bool:
     """A log axis needs positive data; with none, stay linear rather than draw an empty chart."""
     low, high = axes.get_xlim() if which == "x" else axes.get_ylim()
     return high > 0
+
+
+def _wrap_label(label: str, width: int) -> str:
+    """Up to two lines of at most `width` characters, broken after _ - / or at spaces; the rest cut with …."""
+    tokens = re.findall(r"[^_\-/ ]+[_\-/ ]?|[_\-/ ]", label)
+    lines = [""]
+    for token in tokens:
+        if lines[-1] and len(lines[-1]) + len(token.rstrip()) > width:
+            lines.append("")
+        lines[-1] += token
+    lines = [line.strip() for line in lines if line.strip()]
+    text = "\n".join(line[:width] for line in lines[:2])
+    return text + ("…" if len(lines) > 2 or any(len(line) > width for line in lines[:2]) else "")
 
 
 def _plain_log_ticks(axis, limits: tuple[float, float]) -> None:

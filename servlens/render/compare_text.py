@@ -64,11 +64,14 @@ def render_compare_text(doc: dict) -> str:
         rows = []
         for g in gates:
             name = g["name"] + (" *" if g["critical"] else "")
+            n = (f"n={g['n_before']:,}/{g['n_after']:,}" if g.get("n_before") is not None
+                 and g.get("n_after") is not None else "")
             rows.append([name, short_cohort(g), fmt_value(g.get("before"), g["unit"]),
-                         fmt_value(g.get("after"), g["unit"]), fmt_change(g),
+                         fmt_value(g.get("after"), g["unit"]), fmt_change(g), n,
                          f"{g['tolerance_text']}", g["verdict"].upper() if g["verdict"] == "fail" else g["verdict"]])
         out.append("")
-        out.extend(_table(["gate", "cohorts", "before", "after", "change [interval]", "tolerance", "verdict"], rows))
+        out.extend(_table(["gate", "cohorts", "before", "after", "change [interval]", "requests", "tolerance",
+                           "verdict"], rows))
         judged = sum(1 for g in gates if g.get("change") is not None)
         conf = doc.get("policy", {}).get("confidence", 0.95)
         out.append(f"* critical gate. Intervals are Holm-adjusted over {judged} judged gate"
