@@ -1,0 +1,454 @@
+"""The workload profile: what the traffic looked like, beside the findings (issue 8).
+
+For each run of an analysis: request rate over time and its peak window; prompt and output lengths per model
+(percentiles and log2 histograms); how often requests share a prefix and how much of their prompts an unbounded
+cache could reuse (prefix_key groups, or block hashes in attrs.prefix_blocks); concurrency over time (overlap of
+arrival..end intervals, or engine gauges); TTFT/TPOT/e2e percentiles per model and per window when latencies exist;
+the context per sequence the engine settings imply, when known.
+
+Traces with no latencies (Mooncake, Azure, BurstGPT) still get rate, lengths and sharing; the parts that need
+latencies or end times say so in a `note` instead of showing zeros (unknown is not zero).
+
+DuckDB does every aggregation; Python only shapes the small results. Charts are bounded: at most MAX_BUCKETS
+time buckets per series and a fixed set of length bands, so the report does not grow with the input.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+import duckdb
+
+from servlens.analysis.detectors._common import chart, q, rounded, table
+from servlens.analysis.windows import PEAK_WINDOW_S, iso, window_width
+
+MAX_BUCKETS = 240
+# Readable bucket widths beyond the analysis windows' 1 min: long traces (a day) still get at most MAX_BUCKETS points.
+WIDE_STEPS_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
+MAX_MODELS = 8
+MAX_PREFIX_GROUPS = 10
+# Log2 length bands (upper bounds): the same bands compare uses, so the two read alike.
+BAND_EDGES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+BLOCKS_EXPR = "CAST(json_extract(attrs, '$.prefix_blocks') AS BIGINT[])"
+RUNNING_GAUGES = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs")
+WAITING_GAUGES = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs", "tgi_queue_size")
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:
+    cursor = con.execute(sql, params or [])
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> dict:
+    found = _rows(con, sql, params)
+    return found[0] if found else {}
+
+
+def bucket_width(span_s: float) -> float:
+    """The analysis window width (1 s .. 1 min), widened to a readable step when that gives over MAX_BUCKETS."""
+    width = window_width(span_s)
+    if span_s / width <= MAX_BUCKETS:
+        return width
+    for step in WIDE_STEPS_S:
+        if span_s / step <= MAX_BUCKETS:
+            return float(step)
+    return float(math.ceil(span_s / MAX_BUCKETS))
+
+
+def band_label(upper: int) -> str:
+    return f"≤{upper:,}" if upper < BAND_EDGES[-1] else f">{BAND_EDGES[-2]:,}"
+
+
+def _band_sql(column: str) -> str:
+    """The log2 band (upper edge) of a token count, as portable SQL: the smallest edge >= the count."""
+    cases = " ".join(f"WHEN {column} <= {edge} THEN {edge}" for edge in BAND_EDGES[:-1])
+    return f"CASE {cases} ELSE {BAND_EDGES[-1]} END"
+
+
+def workload_profile(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict:
+    """The document's `workload` key: a one-line summary per run and the profile of each run."""
+    profiles = {run: run_profile(con, run) for run in runs}
+    # The one-line summaries lead; each run's profile below does not repeat its own.
+    return {"summary": [p.pop("summary") for p in profiles.values()], "runs": profiles}
+
+
+def run_profile(con: duckdb.DuckDBPyConnection, run: str) -> dict:
+    con.execute(
+        """CREATE OR REPLACE TEMP VIEW workload_requests AS
+           SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at,
+                  coalesce(t_end, t_arrival + to_microseconds(CAST(e2e_s * 1e6 AS BIGINT))) AS t_done
+           FROM requests WHERE run = ?""".replace("?", _literal(run)))
+    relative = bool(_one(con, "SELECT coalesce(bool_or(relative_clock), false) AS r FROM runs WHERE run = ?",
+                         [run]).get("r"))
+    base = _one(con, """SELECT count(*) AS n, min(t_at) AS t0, max(t_at) AS t1, count(t_at) AS timed,
+                               count(DISTINCT model) AS models, count(prompt_tokens) AS with_prompt,
+                               count(completion_tokens) AS with_output, count(ttft_s) AS with_ttft,
+                               count(tpot_s) AS with_tpot, count(e2e_s) AS with_e2e, count(t_done) AS with_end,
+                               count(prefix_key) AS with_prefix_key,
+                               count(CASE WHEN status = 'error' THEN 1 END) AS errors,
+                               -- a status with no error field behind it (traces) says nothing about failures
+                               count(CASE WHEN http_status IS NOT NULL OR error_type IS NOT NULL
+                                            OR finish_reason IS NOT NULL OR error_message IS NOT NULL
+                                          THEN status END) AS with_status
+                        FROM workload_requests""")
+    profile: dict[str, Any] = {"run": run, "requests": base["n"], "relative_clock": relative}
+    if not base["n"]:
+        profile["note"] = "no request logs in this run (metrics only): the workload is described by the engine gauges"
+        profile["concurrency"] = _gauge_concurrency(con, run, None)
+        profile["summary"] = f"{run}: no request logs (metrics only)."
+        return profile
+    span = (base["t1"] - base["t0"]).total_seconds() if base["t0"] is not None else 0.0
+    profile |= {
+        "start": iso(base["t0"]), "end": iso(base["t1"]), "span_s": rounded(span, 3),
+        "mean_rate_rps": rounded(base["n"] / span, 4) if span > 0 else None,
+        "error_share": rounded(base["errors"] / base["with_status"], 4) if base["with_status"] else None,
+    }
+    width = bucket_width(span)
+    rate = _rate(con, base["t0"], span, width) if base["timed"] else None
+    if rate:
+        profile["rate"] = rate
+    profile["lengths"] = _lengths(con, base)
+    profile["prefix_sharing"] = _sharing(con, base)
+    profile["concurrency"] = _concurrency(con, run, base, span, width)
+    profile["latency"] = _latency(con, base, width)
+    profile["context_budget"] = _context_budget(con, run)
+    profile["summary"] = _summary(run, profile)
+    return profile
+
+
+def _literal(value: str) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _offset(t0: datetime, column: str) -> str:
+    return f"(date_diff('microsecond', TIMESTAMP '{t0.isoformat(sep=' ')}', {column}) / 1e6)"
+
+
+def _rate(con: duckdb.DuckDBPyConnection, t0: datetime, span: float, width: float) -> dict:
+    """Requests per second per bucket, and the busiest peak-length stretch (30 min, or a quarter of a shorter run)."""
+    buckets = _rows(con, f"""
+        SELECT CAST(floor({_offset(t0, 't_at')} / {width}) AS INTEGER) AS b, count(*) AS n
+        FROM workload_requests WHERE t_at IS NOT NULL GROUP BY 1 ORDER BY 1""")
+    count = max(1, math.floor(span / width) + 1)
+    by_bucket = {row["b"]: row["n"] for row in buckets}
+    x = [iso(t0 + timedelta(seconds=i * width)) for i in range(count)]
+    y = [rounded(by_bucket.get(i, 0) / width, 4) for i in range(count)]
+    peak_s = max(width, min(PEAK_WINDOW_S, span / 4))
+    k = max(1, round(peak_s / width))
+    # The peak stretch: k consecutive buckets with the most requests (a sliding sum over at most MAX_BUCKETS numbers).
+    peak = _one(con, f"""
+        WITH all_b AS (SELECT range AS b FROM range({count})),
+             c AS (SELECT all_b.b, coalesce(n, 0) AS n FROM all_b LEFT JOIN (
+                       SELECT CAST(floor({_offset(t0, 't_at')} / {width}) AS INTEGER) AS b, count(*) AS n
+                       FROM workload_requests WHERE t_at IS NOT NULL GROUP BY 1) USING (b)),
+             s AS (SELECT b, sum(n) OVER (ORDER BY b ROWS BETWEEN CURRENT ROW AND {k - 1} FOLLOWING) AS n FROM c
+                   WHERE b <= greatest({count - k}, 0))
+        SELECT b, n FROM s ORDER BY n DESC, b LIMIT 1""")
+    start = t0 + timedelta(seconds=peak["b"] * width)
+    peak_len = min(k * width, max(span, width))
+    mean = sum(by_bucket.values()) / max(span, width)
+    peak_rate = peak["n"] / peak_len
+    peak_window = {"start": iso(start), "end": iso(start + timedelta(seconds=peak_len)), "length_s": peak_len,
+                   "requests": peak["n"], "rate_rps": rounded(peak_rate, 4),
+                   "vs_mean_rate": rounded(peak_rate / mean, 3) if mean else None}
+    busiest = max(y) if y else 0
+    return {
+        "bucket_s": width, "peak_window": peak_window, "busiest_bucket_rps": busiest,
+        "chart": chart("line", "Request rate", "time", "requests per second", [{"name": "requests/s", "x": x, "y": y}],
+                       x_time=True, vspans=[{"x0": peak_window["start"], "x1": peak_window["end"],
+                                             "label": f"peak {peak_len:g} s window"}]),
+    }
+
+
+def _top_models(con: duckdb.DuckDBPyConnection) -> list[str | None]:
+    return [row["model"] for row in _rows(con, f"""
+        SELECT model, count(*) AS n FROM workload_requests GROUP BY model ORDER BY n DESC, model NULLS LAST
+        LIMIT {MAX_MODELS}""")]
+
+
+def _model_filter(models: list[str | None]) -> str:
+    named = [m for m in models if m is not None]
+    parts = []
+    if named:
+        parts.append("model IN (" + ", ".join(_literal(m) for m in named) + ")")
+    if None in models:
+        parts.append("model IS NULL")
+    return "(" + " OR ".join(parts or ["FALSE"]) + ")"
+
+
+def _lengths(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
+    if not base["with_prompt"] and not base["with_output"]:
+        return {"note": "no prompt or output token counts in these sources"}
+    models = _top_models(con)
+    where = _model_filter(models)
+    stats = _rows(con, f"""
+        SELECT coalesce(model, '(no model)') AS model, count(*) AS requests,
+               count(prompt_tokens) AS with_prompt_tokens,
+               {q('prompt_tokens', 0.5)} AS prompt_p50, {q('prompt_tokens', 0.9)} AS prompt_p90,
+               {q('prompt_tokens', 0.99)} AS prompt_p99, max(prompt_tokens) AS prompt_max,
+               count(completion_tokens) AS with_output_tokens,
+               {q('completion_tokens', 0.5)} AS output_p50, {q('completion_tokens', 0.9)} AS output_p90,
+               {q('completion_tokens', 0.99)} AS output_p99, max(completion_tokens) AS output_max
+        FROM workload_requests WHERE {where} GROUP BY model ORDER BY requests DESC, model""")
+    columns = ["model", "requests", "with prompt tokens", "prompt p50", "prompt p90", "prompt p99", "prompt max",
+               "with output tokens", "output p50", "output p90", "output p99", "output max"]
+    out: dict[str, Any] = {"per_model": table(columns, [list(r.values()) for r in stats])}
+    for column, title, key in (("prompt_tokens", "Prompt length per model", "prompt_histogram"),
+                               ("completion_tokens", "Output length per model", "output_histogram")):
+        hist = _rows(con, f"""
+            SELECT coalesce(model, '(no model)') AS model, {_band_sql(column)} AS band, count(*) AS n
+            FROM workload_requests WHERE {column} IS NOT NULL AND {where} GROUP BY 1, 2 ORDER BY 1, 2""")
+        if not hist:
+            continue
+        bands = sorted({row["band"] for row in hist})
+        series = []
+        for model in dict.fromkeys(row["model"] for row in hist):
+            counts = {row["band"]: row["n"] for row in hist if row["model"] == model}
+            series.append({"name": model, "x": [band_label(b) for b in bands], "y": [counts.get(b, 0) for b in bands]})
+        out[key] = chart("bar", title, f"{column.replace('_', ' ')} (log2 band, upper edge)", "requests", series)
+    return out
+
+
+def _sharing(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
+    """Prefix-key groups (repeat share, top groups) and block-hash reuse with an unbounded cache."""
+    out: dict[str, Any] = {}
+    if base["with_prefix_key"]:
+        s = _one(con, """
+            WITH g AS (SELECT prefix_key, count(*) AS n FROM workload_requests WHERE prefix_key IS NOT NULL GROUP BY 1)
+            SELECT sum(n) AS keyed, count(*) AS keys, sum(CASE WHEN n >= 2 THEN n ELSE 0 END) AS in_shared_groups,
+                   sum(n - 1) AS repeats, count(CASE WHEN n >= 2 THEN 1 END) AS shared_groups FROM g""")
+        out |= {"requests_with_prefix_key": s["keyed"], "distinct_prefixes": s["keys"],
+                "shared_prefix_groups": s["shared_groups"],
+                "share_in_shared_groups": rounded(s["in_shared_groups"] / s["keyed"], 4),
+                "repeat_share": rounded(s["repeats"] / s["keyed"], 4)}
+        groups = _rows(con, f"""
+            SELECT left(prefix_key, 12) AS prefix, count(*) AS requests, {q('prompt_tokens', 0.5)} AS prompt_p50,
+                   min(t_at) AS first_seen, max(t_at) AS last_seen
+            FROM workload_requests WHERE prefix_key IS NOT NULL GROUP BY prefix_key HAVING count(*) >= 2
+            ORDER BY requests DESC, prefix LIMIT {MAX_PREFIX_GROUPS}""")
+        if groups:
+            out["largest_groups"] = table(["prefix key (first 12)", "requests", "prompt tokens p50", "first seen",
+                                           "last seen"],
+                                          [[g["prefix"], g["requests"], g["prompt_p50"], iso(g["first_seen"]),
+                                            iso(g["last_seen"])] for g in groups])
+    has_blocks = _one(con, "SELECT count(*) AS n FROM workload_requests WHERE "
+                           "json_extract(attrs, '$.prefix_blocks') IS NOT NULL").get("n")
+    if has_blocks:
+        b = _one(con, f"""
+            WITH r AS (SELECT row_number() OVER (ORDER BY t_at, source_line, request_id) AS seq, {BLOCKS_EXPR} AS blocks
+                       FROM workload_requests WHERE json_extract(attrs, '$.prefix_blocks') IS NOT NULL),
+                 b AS (SELECT seq, unnest(blocks) AS block FROM r),
+                 firsts AS (SELECT block, min(seq) AS first_seq FROM b GROUP BY block),
+                 marked AS (SELECT b.seq, b.seq > f.first_seq AS reused FROM b JOIN firsts f USING (block))
+            SELECT count(*) AS blocks, count(CASE WHEN reused THEN 1 END) AS reused,
+                   count(DISTINCT seq) AS requests, count(DISTINCT CASE WHEN reused THEN seq END) AS reusing
+            FROM marked""")
+        out |= {"requests_with_block_hashes": b["requests"], "prompt_blocks": b["blocks"],
+                "reusable_block_share": rounded(b["reused"] / b["blocks"], 4) if b["blocks"] else None,
+                "requests_reusing_a_block": b["reusing"],
+                "block_note": "share of prompt blocks an earlier request already had: what an unbounded prefix "
+                              "cache could serve"}
+    if not out:
+        out["note"] = "no prefix keys and no block hashes in these sources: prefix sharing is unknown"
+    return out
+
+
+def _concurrency(con: duckdb.DuckDBPyConnection, run: str, base: dict, span: float, width: float) -> dict:
+    """In-flight requests from arrival..end overlap (an event sweep in SQL), and the engine's gauges when scraped."""
+    out: dict[str, Any] = {}
+    if base["with_end"] and base["timed"]:
+        t0 = _one(con, "SELECT min(t_at) AS t0 FROM workload_requests")["t0"]
+        # +1 at arrival, -1 at end: the running sum after each event is the number in flight. At equal times ends
+        # come first, so back-to-back requests do not count as overlapping.
+        stats = _rows(con, f"""
+            WITH ev AS (
+                SELECT t_at AS t, 1 AS d FROM workload_requests WHERE t_at IS NOT NULL AND t_done IS NOT NULL
+                UNION ALL
+                SELECT greatest(t_done, t_at), -1 FROM workload_requests WHERE t_at IS NOT NULL AND t_done IS NOT NULL),
+                 run AS (SELECT t, d, sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS inflight FROM ev)
+            SELECT CAST(floor({_offset(t0, 't')} / {width}) AS INTEGER) AS b, max(inflight) AS peak,
+                   {q('inflight', 0.5)} FILTER (WHERE d = 1) AS at_arrival_p50
+            FROM run GROUP BY 1 ORDER BY 1""")
+        overall = _one(con, f"""
+            WITH ev AS (
+                SELECT t_at AS t, 1 AS d FROM workload_requests WHERE t_at IS NOT NULL AND t_done IS NOT NULL
+                UNION ALL
+                SELECT greatest(t_done, t_at), -1 FROM workload_requests WHERE t_at IS NOT NULL AND t_done IS NOT NULL),
+                 run AS (SELECT t, d, sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS inflight FROM ev)
+            SELECT max(inflight) AS peak, {q('inflight', 0.5)} AS p50, {q('inflight', 0.99)} AS p99
+            FROM run WHERE d = 1""")
+        out |= {"source": "request arrival..end overlap", "in_flight_max": overall["peak"],
+                "in_flight_at_arrival_p50": rounded(overall["p50"]), "in_flight_at_arrival_p99": rounded(overall["p99"])}
+        out["chart"] = chart("step", "Requests in flight (max per bucket)", "time", "requests in flight",
+                             [{"name": "in flight (max)", "x": [iso(t0 + timedelta(seconds=r["b"] * width)) for r in stats],
+                               "y": [r["peak"] for r in stats]}], x_time=True)
+    else:
+        out["note"] = "no end times or e2e latencies: concurrency from the requests is unknown"
+    gauges = _gauge_concurrency(con, run, width)
+    if gauges:
+        out["engine_gauges"] = gauges
+    return out
+
+
+def _gauge_concurrency(con: duckdb.DuckDBPyConnection, run: str, width: float | None) -> dict:
+    """Running and waiting requests from the engine's gauges (sum over series per scrape, max per bucket)."""
+    found = {}
+    names = RUNNING_GAUGES + WAITING_GAUGES
+    listed = ", ".join(_literal(n) for n in names)
+    present = [r["name"] for r in _rows(con, f"""SELECT DISTINCT name FROM metric_samples
+                                                  WHERE run = {_literal(run)} AND name IN ({listed}) AND series = 'value'""")]
+    running = next((n for n in RUNNING_GAUGES if n in present), None)
+    waiting = next((n for n in WAITING_GAUGES if n in present), None)
+    if running is None and waiting is None:
+        return {}
+    span = _one(con, f"SELECT min(ts) AS t0, max(ts) AS t1 FROM metric_samples WHERE run = {_literal(run)}")
+    t0 = span["t0"]
+    width = width or bucket_width((span["t1"] - t0).total_seconds())
+    series = []
+    for label, name in (("running", running), ("waiting", waiting)):
+        if name is None:
+            continue
+        rows = _rows(con, f"""
+            SELECT CAST(floor({_offset(t0, 'ts')} / {width}) AS INTEGER) AS b, max(v) AS v FROM (
+                SELECT ts, sum(value) AS v FROM metric_samples
+                WHERE run = {_literal(run)} AND name = {_literal(name)} AND series = 'value' GROUP BY ts)
+            GROUP BY 1 ORDER BY 1""")
+        found[f"{label}_gauge"] = name
+        found[f"{label}_max"] = max((r["v"] for r in rows), default=None)
+        series.append({"name": f"{name} (max)", "x": [iso(t0 + timedelta(seconds=r["b"] * width)) for r in rows],
+                       "y": [rounded(r["v"]) for r in rows]})
+    found["chart"] = chart("step", "Running and waiting requests (engine gauges)", "time", "requests", series,
+                           x_time=True)
+    return found
+
+
+def _latency(con: duckdb.DuckDBPyConnection, base: dict, width: float) -> dict:
+    if not (base["with_ttft"] or base["with_tpot"] or base["with_e2e"]):
+        return {"note": "no latencies in these sources (TTFT, TPOT, e2e unknown): latency rules are not evaluable, "
+                        "the workload is described by arrivals and lengths"}
+    models = _top_models(con)
+    where = _model_filter(models)
+    per_model = _rows(con, f"""
+        SELECT coalesce(model, '(no model)') AS model, count(ttft_s) AS with_ttft,
+               {q('ttft_s', 0.5)} AS ttft_p50, {q('ttft_s', 0.9)} AS ttft_p90, {q('ttft_s', 0.99)} AS ttft_p99,
+               count(tpot_s) AS with_tpot, {q('tpot_s', 0.5)} AS tpot_p50, {q('tpot_s', 0.99)} AS tpot_p99,
+               count(e2e_s) AS with_e2e, {q('e2e_s', 0.5)} AS e2e_p50, {q('e2e_s', 0.99)} AS e2e_p99
+        FROM workload_requests WHERE {where} GROUP BY model ORDER BY count(*) DESC, model""")
+    out: dict[str, Any] = {"per_model": table(
+        ["model", "with TTFT", "TTFT p50 (s)", "TTFT p90 (s)", "TTFT p99 (s)", "with TPOT", "TPOT p50 (s)",
+         "TPOT p99 (s)", "with e2e", "e2e p50 (s)", "e2e p99 (s)"], [list(r.values()) for r in per_model])}
+    column = "ttft_s" if base["with_ttft"] else "e2e_s" if base["with_e2e"] else "tpot_s"
+    name = {"ttft_s": "TTFT", "e2e_s": "e2e", "tpot_s": "TPOT"}[column]
+    t0 = _one(con, "SELECT min(t_at) AS t0 FROM workload_requests")["t0"]
+    windows = _rows(con, f"""
+        SELECT CAST(floor({_offset(t0, 't_at')} / {width}) AS INTEGER) AS b, count({column}) AS n,
+               {q(column, 0.5)} AS p50, {q(column, 0.99)} AS p99
+        FROM workload_requests WHERE {column} IS NOT NULL AND t_at IS NOT NULL GROUP BY 1 ORDER BY 1""")
+    x = [iso(t0 + timedelta(seconds=w["b"] * width)) for w in windows]
+    out["per_window"] = chart("line", f"{name} per window ({width:g} s)", "time", f"{name} (s)",
+                              [{"name": f"{name} p50 (s)", "x": x, "y": [rounded(w["p50"]) for w in windows]},
+                               {"name": f"{name} p99 (s)", "x": x, "y": [rounded(w["p99"]) for w in windows]}],
+                              x_time=True)
+    if not base["with_ttft"]:
+        out["note"] = "no TTFT in these sources (non-streamed or not logged): the window chart shows e2e"
+    return out
+
+
+def _context_budget(con: duckdb.DuckDBPyConnection, run: str) -> dict:
+    """The context per sequence the engine settings imply, where the data tells it.
+
+    llama.cpp splits --ctx-size between its --parallel slots; its context errors name the per-slot size
+    (context_window), and attrs may carry n_ctx / parallel. vLLM's cache_config_info gives the KV cache size in
+    tokens and the concurrency it supports at the longest context.
+    """
+    out: dict[str, Any] = {}
+    seen = _one(con, """SELECT max(context_window) AS ctx, count(context_window) AS n,
+                               max(TRY_CAST(json_extract_string(attrs, '$.n_ctx') AS BIGINT)) AS n_ctx,
+                               max(TRY_CAST(json_extract_string(attrs, '$.parallel') AS BIGINT)) AS parallel
+                        FROM workload_requests""")
+    per_seq = None
+    if seen["n_ctx"] and seen["parallel"]:
+        per_seq = seen["n_ctx"] // seen["parallel"]
+        out |= {"n_ctx": seen["n_ctx"], "parallel": seen["parallel"], "context_per_sequence": per_seq,
+                "source": "n_ctx / parallel from the request attributes"}
+    elif seen["ctx"]:
+        per_seq = seen["ctx"]
+        out |= {"context_per_sequence": per_seq, "source": f"context_window on {seen['n']} request(s) (the engine's "
+                "context errors name the per-slot size: llama.cpp --ctx-size / --parallel)"}
+    cfg = _one(con, f"""SELECT labels['kv_cache_size_tokens'] AS kv_tokens,
+                               labels['kv_cache_max_concurrency'] AS max_concurrency, labels['block_size'] AS block_size
+                        FROM metric_samples WHERE run = {_literal(run)} AND name = 'vllm:cache_config_info'
+                        ORDER BY ts DESC LIMIT 1""")
+    if cfg and cfg.get("kv_tokens") not in (None, "None"):
+        out |= {"kv_cache_size_tokens": _number(cfg["kv_tokens"]),
+                "kv_cache_max_concurrency": _number(cfg["max_concurrency"]),
+                "kv_block_size": _number(cfg["block_size"])}
+    if per_seq:
+        fit = _one(con, f"""SELECT count(*) AS n,
+                                   count(CASE WHEN prompt_tokens > {per_seq} THEN 1 END) AS prompt_over,
+                                   count(CASE WHEN prompt_tokens + max_tokens > {per_seq} THEN 1 END) AS with_cap_over,
+                                   count(max_tokens) AS with_cap
+                            FROM workload_requests WHERE prompt_tokens IS NOT NULL""")
+        out |= {"requests_with_prompt_over_budget": fit["prompt_over"],
+                "requests_whose_prompt_plus_max_tokens_exceed_budget": fit["with_cap_over"] if fit["with_cap"] else None}
+    if not out:
+        out["note"] = "no engine context settings in these sources (context_window, n_ctx/parallel, vLLM cache config)"
+    return out
+
+
+def _number(value: Any) -> float | int | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() else number
+
+
+def _summary(run: str, p: dict) -> str:
+    parts = [f"{run}: {p['requests']:,} requests"]
+    if p.get("span_s"):
+        parts.append(f"over {_duration(p['span_s'])}")
+    peak = (p.get("rate") or {}).get("peak_window")
+    if peak:
+        start = _relative(peak["start"], p) if p.get("relative_clock") else peak["start"]
+        parts.append(f"peak {peak['rate_rps']:.3g}/s ({peak['vs_mean_rate']:.2g}x the mean) from {start}"
+                     if peak.get("vs_mean_rate") else f"peak {peak['rate_rps']:.3g}/s")
+    lengths = (p.get("lengths") or {}).get("per_model")
+    if lengths and lengths["rows"]:
+        top = lengths["rows"][0]
+        if top[3] is not None:
+            named = f" ({top[0]})" if top[0] != "(no model)" and len(lengths["rows"]) > 1 else ""
+            parts.append(f"prompt p50/p99 {top[3]:.0f}/{top[5]:.0f} tokens{named}")
+    sharing = p.get("prefix_sharing") or {}
+    if sharing.get("reusable_block_share") is not None:
+        parts.append(f"{sharing['reusable_block_share']:.0%} of prompt blocks reusable")
+    elif sharing.get("repeat_share") is not None:
+        parts.append(f"{sharing['repeat_share']:.0%} of requests repeat an earlier prefix")
+    conc = p.get("concurrency") or {}
+    if conc.get("in_flight_max") is not None:
+        parts.append(f"up to {conc['in_flight_max']} in flight")
+    latency = p.get("latency") or {}
+    if "per_model" not in latency:
+        parts.append("no latencies")
+    budget = (p.get("context_budget") or {}).get("context_per_sequence")
+    if budget:
+        parts.append(f"{budget:,} tokens of context per sequence")
+    return "; ".join(parts[:1] + [", ".join(parts[1:])]) + "." if len(parts) > 1 else parts[0] + "."
+
+
+def _relative(moment: str, p: dict) -> str:
+    """A relative-clock time as +hh:mm:ss from the epoch the trace's offsets start at."""
+    seconds = (datetime.fromisoformat(moment.rstrip("Z")) - datetime(1970, 1, 1)).total_seconds()
+    whole = int(seconds)
+    return f"+{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
