@@ -49,6 +49,7 @@ def compare_runs(con, before: str, after: str, policy: Policy | None = None, see
         "coverage": None, "mix_shift": None, "gates": [], "improvements": [], "cohorts": [], "notes": [],
     }
     mix_keys = policy.by if policy.by is not None else DEFAULT_BY
+    _token_notes(con, before, after, policy, doc["notes"])
     mix = co.mix_counts(con, before, after, mix_keys)
     doc["coverage"] = _coverage(mix, policy)
 
@@ -139,6 +140,22 @@ def _method_text(policy: Policy) -> dict:
                     "interval within the tolerance; inconclusive otherwise. Overall: fail if a critical gate fails, "
                     "inconclusive if a critical gate is inconclusive, else pass"),
     }
+
+
+def _token_notes(con, before: str, after: str, policy: Policy, notes: list[str]) -> None:
+    """Say when the token counts the bands need are mostly unknown: then the mix adjustment cannot see length."""
+    keys = set(policy.by) if policy.by is not None else {"prompt_band", "output_band"}
+    for key, column in (("prompt_band", "prompt_tokens"), ("output_band", "completion_tokens")):
+        if key not in keys:
+            continue
+        rows = con.execute(f"""SELECT run, avg(CASE WHEN {column} IS NULL THEN 1.0 ELSE 0.0 END) FROM requests
+                               WHERE run IN (?, ?) AND status IS DISTINCT FROM 'error' GROUP BY run ORDER BY run""",
+                           [before, after]).fetchall()
+        for run, share in rows:
+            if share and share > 0.1:
+                notes.append(f"{column} is unknown for {share:.0%} of the successful requests of run '{run}': "
+                             f"those requests form an 'unknown length' band, so the mix adjustment cannot "
+                             f"account for their lengths")
 
 
 # --------------------------------------------------------------------------------------------- latency gates

@@ -25,7 +25,7 @@ def render_compare_markdown(doc: dict) -> str:
     cov = doc.get("coverage")
     if cov:
         lines.append(f"Coverage: {cov['before']['share']:.0%} of before and {cov['after']['share']:.0%} of after in "
-                     f"{cov['cohorts_compared']} of {cov['cohorts_total']} cohorts ({' × '.join(cov['by'])}).")
+                     f"{cov['cohorts_compared']} of {cov['cohorts_total']} cohorts ({' × '.join(cov['by']) or 'no bands'}).")
     gates = doc.get("gates", [])
     if gates:
         lines += ["", "| gate | cohorts | before | after | change [interval] | tolerance | verdict |",

@@ -58,7 +58,7 @@ def render_compare_text(doc: dict) -> str:
     cov = doc.get("coverage")
     if cov:
         out.append(f"coverage: {cov['before']['share']:.0%} of before and {cov['after']['share']:.0%} of after in "
-                   f"{cov['cohorts_compared']} of {cov['cohorts_total']} cohorts ({' × '.join(cov['by'])})")
+                   f"{cov['cohorts_compared']} of {cov['cohorts_total']} cohorts ({' × '.join(cov['by']) or 'no bands'})")
     gates = doc.get("gates", [])
     if gates:
         rows = []
