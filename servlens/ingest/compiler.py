@@ -385,6 +385,12 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
     else:
         run_expr = f"coalesce(_run_profile, {sql_str(opts.default_run)})"
     macros = dict(BUILTIN_MACROS)
+    if not opts.keep_text:
+        # Without --keep-text only the first 2,048 characters of a prompt are used (prefix_key): cut each message
+        # before joining them (same first 2,048 characters, far less copying of long prompts).
+        params, body = macros["sl_chat_text"]
+        macros["sl_chat_text"] = (params, body.replace("ELSE coalesce(m.content, '') END",
+                                                       f"ELSE coalesce(left(m.content, {PREFIX_CHARS}), '') END"))
     macros.update(profile.macros)
     return CompiledProfile(profile=profile, ctes=ctes, final_columns=final, run_expr=run_expr, macros=macros)
 
@@ -437,13 +443,19 @@ def _final_columns(profile: Profile, opts: CompileOptions) -> dict[str, str]:
     out["error_type"] = f"left({redact_sql('error_type')}, 200)"
     out["prefix_key"] = f"coalesce(prefix_key, left(md5(left(_prompt, {PREFIX_CHARS})), 16))"
     out["content_empty"] = "coalesce(content_empty, trim(_content) = '')"
+    # Every marker has one of these characters: a cheap search first, the regex only where one occurs.
+    prefilter = "(contains({0}, '<') OR contains({0}, '[') OR contains({0}, '◁'))"
     out["content_has_reasoning_marker"] = (
-        f"coalesce(content_has_reasoning_marker, regexp_matches(_content, {sql_str(REASONING_MARKERS)}))"
+        f"coalesce(content_has_reasoning_marker, CASE WHEN _content IS NOT NULL THEN {prefilter.format('_content')} "
+        f"AND regexp_matches(_content, {sql_str(REASONING_MARKERS)}) END)"
     )
     out["reasoning_present"] = (
         "coalesce(reasoning_present, CASE WHEN reasoning_tokens > 0 THEN true ELSE trim(_reasoning) <> '' END)"
     )
-    out["reasoning_has_marker"] = f"coalesce(reasoning_has_marker, regexp_matches(_reasoning, {sql_str(REASONING_MARKERS)}))"
+    out["reasoning_has_marker"] = (
+        f"coalesce(reasoning_has_marker, CASE WHEN _reasoning IS NOT NULL THEN {prefilter.format('_reasoning')} "
+        f"AND regexp_matches(_reasoning, {sql_str(REASONING_MARKERS)}) END)"
+    )
     out["attrs"] = (
         "CASE WHEN NOT _ok THEN _bad "
         "WHEN _i IS NOT NULL THEN coalesce(json_merge_patch(_attrs, json_object('index', _i)), json_object('index', _i)) "
