@@ -461,3 +461,30 @@ def test_a_file_naming_its_runs_is_skipped_or_replaced_per_run(con, tmp_path):
         ("prefix_nocache", 16)]
     assert one(con, "SELECT count(*) FROM sources WHERE run = 'poisson'") == (1,)
     assert one(con, "SELECT count(*) FROM sources WHERE run LIKE '%pending%'") == (0,)
+
+
+def test_a_user_profile_can_read_parquet(con, tmp_path):
+    import duckdb
+
+    data = tmp_path / "gw.parquet"
+    duckdb.execute(f"""COPY (SELECT 'r' || i AS id, TIMESTAMP '2026-11-28 14:00:00' + INTERVAL (i) SECOND AS ts,
+        i * 10 AS prompt, CASE WHEN i = 2 THEN 'max_tokens' ELSE 'stop' END AS finish
+        FROM range(1, 4) t(i)) TO '{data}' (FORMAT parquet)""")
+    profile = _write(tmp_path / "pq.toml", """
+name = "gw-parquet"
+reader = "parquet"
+[detect]
+columns = ["id", "ts", "prompt"]
+[columns]
+request_id = "id"
+t_arrival = "ts"
+prompt_tokens = "prompt"
+finish_reason = "finish"
+""")
+    report = ingest_inputs(con, [str(data)], profile_file=str(profile), run="p")
+    assert report.sources[0]["rows"] == 3
+    assert con.execute("SELECT source_line, request_id, t_arrival, prompt_tokens, finish_reason FROM requests "
+                       "ORDER BY 1").fetchall() == [
+        (1, "r1", datetime(2026, 11, 28, 14, 0, 1), 10, "stop"),
+        (2, "r2", datetime(2026, 11, 28, 14, 0, 2), 20, "length"),
+        (3, "r3", datetime(2026, 11, 28, 14, 0, 3), 30, "stop")]
