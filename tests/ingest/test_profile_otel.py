@@ -233,3 +233,25 @@ def test_vllm_llm_request_spans_give_the_latency_split():
         ("vllm", None, 0.000412, 0.03125, 0.032125, 0.4125, 0.4125 / 127, 0.445875, 512, 128, 128, None, "ok", "chatcmpl-vllm-1"),
         ("vllm", None, 3.25, 0.0625, 3.313, 0.375, 0.375 / 95, 3.6885, 1024, 96, 256, None, "ok", "chatcmpl-vllm-2"),
     ]
+
+
+def test_pre_2022_instrumentation_library_spans(tmp_path):
+    """Collectors before OTLP 0.15 wrote instrumentationLibrarySpans / instrumentationLibrary."""
+    span = {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "00f067aa0ba902b7", "name": "chat m", "kind": 3,
+            "startTimeUnixNano": "1700000000123456789", "endTimeUnixNano": "1700000001123456789",
+            "attributes": [{"key": "gen_ai.system", "value": {"stringValue": "openai"}},
+                           {"key": "gen_ai.request.model", "value": {"stringValue": "gpt-3.5-turbo"}},
+                           {"key": "gen_ai.usage.prompt_tokens", "value": {"intValue": "42"}}],
+            "status": {"code": 2, "message": "timeout"}}
+    doc = {"resourceSpans": [{"resource": {"attributes": []}, "instrumentationLibrarySpans": [
+        {"instrumentationLibrary": {"name": "opentelemetry.instrumentation.openai", "version": "0.10.0"},
+         "spans": [span]}]}]}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(doc) + "\n")
+    con = open_store(None)
+    ingest_inputs(con, [str(path)], run="t")
+    assert con.execute(
+        "SELECT t_arrival, e2e_s, provider, model, prompt_tokens, status, error_type, error_message, "
+        "attrs->>'$.scope_name' FROM requests").fetchall() == [
+        (datetime(2023, 11, 14, 22, 13, 20, 123456), 1.0, "openai", "gpt-3.5-turbo", 42, "error", "error", "timeout",
+         "opentelemetry.instrumentation.openai")]
