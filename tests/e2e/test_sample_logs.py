@@ -75,3 +75,40 @@ def test_mixed_sample_context_overflows_are_errors_with_the_slot_context(tmp_pat
     assert all(c == 2048 for _, c in want)
     assert {(s, e) for s, e, _, _, _ in rows} == {("error", "exceed_context_size_error")}
     assert ok_unknown == 0
+
+
+SHARED_LLAMACPP = Path(__file__).resolve().parents[2] / "tests" / "data" / "shared" / "real-engine" / "llamacpp"
+
+
+def _kind(rec: dict) -> str:
+    return "error" if rec.get("http_status") != 200 else "stream" if rec["body"].get("stream") else "plain"
+
+
+def test_harness_records_have_the_shared_recordings_keys():
+    """The harness writes the record format of the shared llama.cpp recording (the shape the ingest profile reads):
+    every key that recording has for a kind of request, the harness has too, with the same meaning of the times."""
+    shared: dict = {}
+    for line in open(SHARED_LLAMACPP / "requests.jsonl", encoding="utf-8"):
+        rec = json.loads(line)
+        shared.setdefault(_kind(rec), set()).update(k for k in rec if k not in ("ttft_client_s", "cache_prompt"))
+    ours: dict = {}
+    for folder in FOLDERS.values():
+        for rec in _records(folder):
+            ours.setdefault(_kind(rec), []).append(rec)
+    for kind, keys in shared.items():
+        assert ours.get(kind), f"no {kind} request in sample_logs"
+        for rec in ours[kind]:
+            assert keys <= set(rec), f"{kind}: missing {sorted(keys - set(rec))}"
+    for rec in ours["stream"] + ours["plain"]:
+        assert rec["send_ts"] <= rec["headers_ts"] <= rec["first_byte_ts"] <= rec["end_ts"]
+        assert rec["e2e_s"] == pytest.approx(rec["end_ts"] - rec["send_ts"], abs=1e-5)
+        if rec.get("first_token_ts") is not None:
+            assert rec["first_byte_ts"] <= rec["first_token_ts"] <= rec["end_ts"]
+    # queued_at_client_s is when the client sent the request, from the start of the run (as in the shared file)
+    for folder in FOLDERS.values():
+        recs = sorted(_records(folder), key=lambda r: r["send_ts"])
+        first = recs[0]["send_ts"] - recs[0]["queued_at_client_s"]
+        assert all(abs(r["send_ts"] - r["queued_at_client_s"] - first) < 1e-3 for r in recs)
+    index_keys = set(json.loads(open(SHARED_LLAMACPP / "metrics_index.jsonl").readline()))
+    for folder in FOLDERS.values():
+        assert set(json.loads(open(SAMPLE_LOGS / folder / "metrics_index.jsonl").readline())) == index_keys

@@ -5,9 +5,11 @@ One JSON line per request in ``requests.jsonl`` (the record format of tests/data
 first_byte_ts, first_data_chunk_ts, first_token_ts`` (streams: first chunk with any generated text, reasoning
 included), ``end_ts`` — and ``e2e_s, ttft_client_s, content_chunk_offsets_s`` (per *content* chunk, seconds from
 send), ``http_status, finish_reason`` and ``response`` (the whole body, non-streamed) or ``stream_final_chunk`` (the
-last SSE chunk: ``usage`` and llama.cpp ``timings``). Extra keys: ``prompt_words, queued_at_client_s`` (how late the
-client sent it), ``n_chunks, output_chars``, ``cache_prompt``, and for streams the assembled ``stream_content`` and
-``stream_reasoning_content`` (what a gateway that reassembles streams would log; NULL-free only for streams).
+last SSE chunk: ``usage`` and llama.cpp ``timings``). Also as in that recording: ``prompt_words``,
+``queued_at_client_s`` (when the client sent it, seconds from the start of the run — not a wait), ``n_chunks``,
+``output_chars``, ``cache_prompt``. Added here: ``send_late_s`` (how far behind its planned time the client sent it)
+and, for streams, the reassembled ``stream_content`` and ``stream_reasoning_content`` (what a gateway that
+reassembles streams would log).
 
 The scraper writes ``metrics_<run>_<NNN>.prom`` about once a second and ``metrics_index.jsonl`` lines
 ``{file, run, scrape_ts, t_rel_s, status}``.
@@ -52,7 +54,7 @@ class RequestLog:
         self._fh.close()
 
 
-def _send(session: requests.Session, base_url: str, run: str, planned: PlannedRequest, scheduled_at: float,
+def _send(session: requests.Session, base_url: str, run: str, planned: PlannedRequest, run_start: float,
           timeout: float) -> dict:
     body = planned.body
     stream = bool(body.get("stream"))
@@ -61,7 +63,9 @@ def _send(session: requests.Session, base_url: str, run: str, planned: PlannedRe
     if "cache_prompt" in body:
         rec["cache_prompt"] = body["cache_prompt"]
     send_ts = time.time()
-    rec["queued_at_client_s"] = round(max(0.0, send_ts - scheduled_at), 6)
+    # As in the shared recording: when the client sent it, in seconds from the start of the run (not a wait).
+    rec["queued_at_client_s"] = round(send_ts - run_start, 6)
+    rec["send_late_s"] = round(max(0.0, send_ts - run_start - planned.offset_s), 6)  # behind its schedule
     rec["send_ts"] = send_ts
     try:
         resp = session.post(base_url + planned.path, json=body, stream=True, timeout=timeout)
@@ -160,7 +164,7 @@ def drive(base_url: str, run: str, plan: list[PlannedRequest], log: RequestLog, 
     lock = threading.Lock()
 
     def task(p: PlannedRequest) -> None:
-        rec = _send(session, base_url, run, p, t0_wall + p.offset_s, timeout)
+        rec = _send(session, base_url, run, p, t0_wall, timeout)
         log.write(rec)
         with lock:
             statuses[rec["http_status"]] = statuses.get(rec["http_status"], 0) + 1

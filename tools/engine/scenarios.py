@@ -88,7 +88,7 @@ def _plan(items: list[tuple[float, str, dict]]) -> list[PlannedRequest]:
 
 # ---- plans -------------------------------------------------------------------------------------------------------
 
-def prefix_plan(cache_prompt: bool, n: int = 45, rate: float = 2.0, seed: int = 11) -> list[PlannedRequest]:
+def prefix_plan(cache_prompt: bool, n: int = 40, rate: float = 2.0, seed: int = 11) -> list[PlannedRequest]:
     """Every request starts with the same long system prompt; only cache_prompt differs between the two runs."""
     rng = random.Random(seed)
     system = shared_system_prompt()
@@ -101,15 +101,16 @@ def prefix_plan(cache_prompt: bool, n: int = 45, rate: float = 2.0, seed: int = 
     return _plan(items)
 
 
-def steady_plan(n: int = 70, rate: float = 2.5, seed: int = 21) -> list[PlannedRequest]:
-    """Poisson arrivals well below what 2 slots serve (a request takes ~0.1-0.4 s); 90% streamed; two thirds of the
-    prompts in one length band (50-90 words, 64-127 tokens) so `compare` has a cohort of 30+ a side, the rest short
-    or long. Queueing stays rare, so no window's TTFT p99 should jump."""
+def steady_plan(n: int = 50, rate: float = 2.5, seed: int = 21) -> list[PlannedRequest]:
+    """Poisson arrivals well below what 2 slots serve (a request takes ~0.1-0.4 s); 90% streamed; three quarters
+    of the prompts in one length band (50-90 words, 64-127 tokens) so `compare` has a cohort of 20+ streamed
+    requests a side, the rest short or long. Queueing stays rare, so no window's TTFT p99 should jump."""
     rng = random.Random(seed)
     items = []
     for off in poisson_offsets(rng, rate, n):
         pick = rng.random()
-        user_words = rng.randint(50, 90) if pick < 0.65 else rng.randint(5, 20) if pick < 0.85 else rng.randint(150, 300)
+        user_words = (rng.randint(50, 90) if pick < 0.75 else rng.randint(5, 20) if pick < 0.9
+                      else rng.randint(150, 300))
         body = chat_body(rng, user_words=user_words, max_tokens=rng.choice([32, 64]),
                          stream=rng.random() < 0.9, include_usage=rng.random() < 0.7)
         items.append((off, CHAT, body))
@@ -141,7 +142,7 @@ def max_tokens_plan(n: int = 50, rate: float = 4.0, seed: int = 41) -> list[Plan
     return _plan(items)
 
 
-def reasoning_plan(n: int = 40, rate: float = 3.0, seed: int = 51) -> list[PlannedRequest]:
+def reasoning_plan(n: int = 40, rate: float = 4.0, seed: int = 51) -> list[PlannedRequest]:
     """Grammar-shaped thinking output (<think> thought </think> answer); mostly non-streamed so the text is logged."""
     rng = random.Random(seed)
     items = []
@@ -199,7 +200,7 @@ P2 = ServerConfig(parallel=2, ctx_size=8192)
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario(
         "prefix",
-        "45 streamed chat requests at ~2/s, all starting with the same ~600-token system prompt, --parallel 2; "
+        "40 streamed chat requests at ~2/s, all starting with the same ~600-token system prompt, --parallel 2; "
         "run prefix_nocache sends cache_prompt=false, run prefix_cache cache_prompt=true (same plan).",
         "SL001 fires on prefix_nocache (shared prefix, no cached tokens) and is clear on prefix_cache; compare "
         "prefix_nocache -> prefix_cache shows TTFT falling.",
@@ -215,8 +216,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     ),
     Scenario(
         "steady_ab",
-        "Two identical runs (same seeded plan, fresh server each): Poisson 2.5 req/s, 70 requests, --parallel 2, "
-        "mixed prompt lengths (two thirds 64-127 tokens), 90% streamed.",
+        "Two identical runs (same seeded plan, fresh server each): Poisson 2.5 req/s, 50 requests, --parallel 2, "
+        "mixed prompt lengths (three quarters 64-127 tokens), 90% streamed.",
         "SL004 clear on both; compare steady_a -> steady_b does not fail (pass or inconclusive at this size).",
         (RunSpec("steady_a", "chatml", P2, steady_plan, "steady"),
          RunSpec("steady_b", "chatml", P2, steady_plan, "steady, identical")),
