@@ -47,3 +47,21 @@ def test_strict_refuses_a_file_with_a_truncated_line(tmp_path):
     assert done.stderr.startswith(f"Error: {GATEWAYS / 'otel_genai_spans.jsonl'} has 1 malformed line(s) (first: line 4: "
                                   "invalid JSON: the line ends before the value does (truncated?)); --strict keeps nothing")
     assert "Traceback" not in done.stderr
+
+
+def test_compressed_gateway_exports(tmp_path):
+    import gzip
+
+    import zstandard
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "litellm-2026-11-28.jsonl.gz").write_bytes(
+        gzip.compress((GATEWAYS / "litellm_slp_recorded.jsonl").read_bytes()))
+    (tmp_path / "in" / "spend.csv.gz").write_bytes(gzip.compress((GATEWAYS / "litellm_spendlogs.csv").read_bytes()))
+    (tmp_path / "in" / "otel.jsonl.zst").write_bytes(
+        zstandard.ZstdCompressor().compress((GATEWAYS / "otel_litellm_recorded.jsonl").read_bytes()))
+    done = servlens(tmp_path, "ingest", str(tmp_path / "in"), "--run", "z", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    got = {Path(s["path"]).name: (s["format"], s["rows"], s["bad_lines"]) for s in json.loads(done.stdout)["sources"]}
+    assert got == {"litellm-2026-11-28.jsonl.gz": ("litellm-slp", 14, 0), "spend.csv.gz": ("litellm-spendlogs-csv", 10, 0),
+                   "otel.jsonl.zst": ("otel-genai-spans", 7, 0)}
