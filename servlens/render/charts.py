@@ -232,6 +232,9 @@ def _draw(axes, chart: dict, relative_clock: bool, legend_below: bool = False) -
                 width = max(6, int(100 / max(len(xs), 1)))
                 labels = [_wrap_label(_text(v), width) for v in xs]
                 axes.set_xticks(positions, labels)
+                # A few categories keep bar-like widths instead of one bar filling the plot.
+                pad = max(0.6, (4 - len(xs)) / 2 + 0.6)
+                axes.set_xlim(-pad, len(xs) - 1 + pad)
                 if any("\n" in label for label in labels):
                     params = axes.figure.subplotpars
                     axes.figure.subplots_adjust(bottom=params.bottom + 0.05)

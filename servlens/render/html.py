@@ -438,7 +438,9 @@ class _ReportBuilder:
                     out.append({"kind": "kv", "title": None, "items": [(humanize(key), format_cell(item, 200))]})
                     continue
                 inner = self.blocks(item, limits, budget, None, depth + 1)
-                if inner:
+                if len(inner) == 1 and inner[0]["kind"] == "chart":
+                    out.append(inner[0])  # a chart carries its own title; "Chart" / "Prompt histogram" adds nothing
+                elif inner:
                     out.append({"kind": "section", "title": humanize(key), "blocks": inner, "depth": depth})
             if title and out and out[0].get("title") is None:
                 out[0]["title"] = title
