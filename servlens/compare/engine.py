@@ -144,7 +144,7 @@ def _method_text(policy: Policy) -> dict:
 
 def _token_notes(con, before: str, after: str, policy: Policy, notes: list[str]) -> None:
     """Say when the token counts the bands need are mostly unknown: then the mix adjustment cannot see length."""
-    keys = set(policy.by) if policy.by is not None else {"prompt_band", "output_band"}
+    keys = {k for g in policy.gates for k in policy.bands_for(g)}
     for key, column in (("prompt_band", "prompt_tokens"), ("output_band", "completion_tokens")):
         if key not in keys:
             continue
