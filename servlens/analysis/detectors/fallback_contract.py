@@ -1,0 +1,208 @@
+"""SL005 fallback contract mismatch.
+
+A fallback crosses scopes (the request asked `chat-primary`, `chat-backup` answered), so this detector reads the
+scope's whole run from `requests`, grouped by trace_id, and judges the scope from both sides:
+
+- as a fallback target: attempts that are fallbacks (fallback_from set, or a model other than the trace's first
+  attempt) and that failed or ended by length although the trace's first attempt asked for more than this target
+  gives (a smaller max_tokens, a context_window under the prompt, or a context-exceeded error): the retry could not
+  succeed. Also fallbacks that failed the same way as the attempt before them (the same deployment, or the same
+  error type): the same failure domain, so the fallback bought nothing.
+- as a pool member: a deployment whose attempts (nearly) all fail while its traces are answered elsewhere is a dead
+  endpoint left in the pool; every request that tries it pays the retries and backoff before its fallback. The
+  added latency is measured per trace: from the first attempt here to the attempt that answered.
+
+LiteLLM's `model` is the model group and `served_model` the deployment's model name, so they differ on every
+request, fallback or not: served_model is not read as a fallback signal.
+"""
+
+from __future__ import annotations
+
+from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, rounded, secs, table
+from servlens.analysis.runner import DetectorContext, sql_literal
+
+def failed(alias: str = "") -> str:
+    """An attempt that produced no answer: an error status, or a finish by error, timeout or abort."""
+    a = f"{alias}." if alias else ""
+    return f"({a}status = 'error' OR {a}finish_reason IN ('error', 'timeout', 'abort'))"
+
+
+FAILED = failed()
+KNOWN_OUTCOME = f"({FAILED} OR finish_reason IS NOT NULL)"
+CONTEXT_ERROR = ("(lower(coalesce(error_type, '')) LIKE '%context%' OR lower(coalesce(error_message, '')) LIKE "
+                 "'%context%' OR lower(coalesce(finish_reason_raw, '')) LIKE '%context%')")
+
+
+def _attempts_sql(run: str) -> str:
+    """Every attempt of the run with its trace's first attempt and the attempt before it (window functions)."""
+    return f"""
+        CREATE OR REPLACE TEMP VIEW sl005_attempts AS
+        WITH a AS (
+            SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at FROM requests
+            WHERE run = {sql_literal(run)} AND trace_id IS NOT NULL),
+        o AS (
+            SELECT *, row_number() OVER w AS k, count(*) OVER (PARTITION BY trace_id) AS tries,
+                   first_value(model) OVER w AS first_model, first_value(deployment) OVER w AS first_deployment,
+                   first_value(max_tokens) OVER w AS first_max_tokens,
+                   first_value(prompt_tokens) OVER w AS first_prompt_tokens,
+                   first_value(t_at) OVER w AS first_t_at,
+                   lag(deployment) OVER w AS prev_deployment, lag(error_type) OVER w AS prev_error_type,
+                   lag({FAILED}) OVER w AS prev_failed
+            FROM a
+            WINDOW w AS (PARTITION BY trace_id ORDER BY coalesce(attempt, 0), t_at, source_line
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
+        SELECT *, (fallback_from IS NOT NULL OR (k > 1 AND model IS DISTINCT FROM first_model)) AS is_fallback,
+               coalesce(fallback_from, first_model) AS origin_model
+        FROM o"""
+
+
+def _in_scope(ctx: DetectorContext, alias: str = "") -> str:
+    s = ctx.scope
+    prefix = f"{alias}." if alias else ""
+    model = f"{prefix}model IS NULL" if s.model is None else f"{prefix}model = {sql_literal(s.model)}"
+    dep = f"{prefix}deployment IS NULL" if s.deployment is None else f"{prefix}deployment = {sql_literal(s.deployment)}"
+    return f"({model} AND {dep})"
+
+
+def detect(ctx: DetectorContext) -> dict:
+    p = ctx.params
+    run = ctx.scope.run
+    markers = ctx.one(f"""SELECT count(*) AS n, count(trace_id) AS traced, count(attempt) AS attempts,
+                                 count(fallback_from) AS marked,
+                                 count(DISTINCT trace_id) AS traces
+                          FROM requests WHERE run = {sql_literal(run)}""")
+    ctx.con.execute(_attempts_sql(run))
+    multi = ctx.one("SELECT count(DISTINCT trace_id) AS n FROM sl005_attempts WHERE tries > 1")["n"]
+    if not markers["marked"] and not markers["attempts"] and not multi:
+        return not_evaluable(
+            "every trace_id has one attempt and the run has no attempt numbers or fallback_from, so fallbacks cannot "
+            "be seen (LiteLLM's OpenTelemetry spans give each attempt its own trace)",
+            "Fallbacks are invisible in these sources.")
+    me = _in_scope(ctx)
+    inbound = ctx.one(f"""
+        SELECT count(*) AS fallbacks, count(CASE WHEN {KNOWN_OUTCOME} THEN 1 END) AS known,
+               count(CASE WHEN {FAILED} THEN 1 END) AS failed,
+               count(CASE WHEN finish_reason = 'length' THEN 1 END) AS length,
+               count(CASE WHEN ({FAILED} OR finish_reason = 'length') AND (
+                            max_tokens < first_max_tokens OR context_window < first_prompt_tokens OR {CONTEXT_ERROR})
+                     THEN 1 END) AS mismatched,
+               count(CASE WHEN max_tokens < first_max_tokens THEN 1 END) AS smaller_cap,
+               count(CASE WHEN context_window < first_prompt_tokens OR ({FAILED} AND {CONTEXT_ERROR}) THEN 1 END)
+                 AS context_short,
+               count(CASE WHEN {FAILED} AND prev_failed AND (deployment = prev_deployment OR error_type = prev_error_type)
+                     THEN 1 END) AS same_domain,
+               string_agg(DISTINCT origin_model, ', ') AS origins
+        FROM sl005_attempts WHERE {me} AND is_fallback""")
+    direct = ctx.one(f"""
+        SELECT count(CASE WHEN {KNOWN_OUTCOME} THEN 1 END) AS n,
+               count(CASE WHEN {FAILED} OR finish_reason = 'length' THEN 1 END) AS bad
+        FROM sl005_attempts WHERE {me} AND NOT is_fallback""")
+    # As a pool member: this scope's attempts, and whether their traces were answered elsewhere afterwards.
+    pool = ctx.one(f"""
+        WITH mine AS (SELECT trace_id, min(t_at) AS t_first_here, count(*) AS n,
+                             count(CASE WHEN {FAILED} THEN 1 END) AS failed
+                      FROM sl005_attempts WHERE {me} GROUP BY trace_id),
+             answered AS (SELECT m.trace_id, min(a.t_at) AS t_answer_start, min(a.t_end) AS t_answer_end,
+                                 min(m.t_first_here) AS t_first_here
+                          FROM mine m JOIN sl005_attempts a ON a.trace_id = m.trace_id
+                          WHERE NOT {_in_scope(ctx, 'a')} AND a.t_at >= m.t_first_here AND NOT {failed('a')}
+                          GROUP BY m.trace_id),
+             added AS (SELECT date_diff('microsecond', t_first_here, t_answer_start) / 1e6 AS added_s FROM answered)
+        SELECT (SELECT sum(n) FROM mine) AS attempts, (SELECT sum(failed) FROM mine) AS failed,
+               (SELECT count(*) FROM mine) AS traces, (SELECT count(*) FROM answered) AS answered_elsewhere,
+               (SELECT {q('added_s', 0.5)} FROM added) AS added_p50_s, (SELECT max(added_s) FROM added) AS added_max_s""")
+    failed_share = (pool["failed"] or 0) / pool["attempts"] if pool["attempts"] else None
+    dead = bool(pool["attempts"] and pool["attempts"] >= p["min_dead_attempts"] and failed_share >= p["dead_error_share"]
+                and pool["answered_elsewhere"])
+    # Over attempts whose outcome is known: SpendLogs rows often have no finish_reason (unknown, not "stopped").
+    fb_bad_share = (inbound["failed"] + inbound["length"]) / inbound["known"] if inbound["known"] else None
+    direct_bad_share = direct["bad"] / direct["n"] if direct["n"] else None
+    metrics = {
+        "fallbacks_in": inbound["fallbacks"], "fallback_origins": inbound["origins"],
+        "fallbacks_failed": inbound["failed"], "fallbacks_ended_by_length": inbound["length"],
+        "fallbacks_mismatched": inbound["mismatched"], "fallbacks_smaller_cap": inbound["smaller_cap"],
+        "fallbacks_context_short": inbound["context_short"], "fallbacks_same_failure_domain": inbound["same_domain"],
+        "fallback_bad_share": rounded(fb_bad_share), "direct_bad_share": rounded(direct_bad_share),
+        "attempts_here": pool["attempts"], "attempts_failed_share": rounded(failed_share),
+        "traces_answered_elsewhere": pool["answered_elsewhere"], "added_latency_p50_s": rounded(pool["added_p50_s"]),
+        "added_latency_max_s": rounded(pool["added_max_s"]),
+    }
+    thresholds = {k: p[k] for k in ("min_mismatches", "min_same_domain", "dead_error_share", "min_dead_attempts",
+                                    "min_fallbacks", "max_excess_bad_share")}
+    excess = (fb_bad_share - (direct_bad_share or 0.0)) if fb_bad_share is not None else None
+    worse_than_direct = bool(inbound["fallbacks"] >= p["min_fallbacks"] and excess is not None
+                             and excess > p["max_excess_bad_share"])
+    problems = []
+    if inbound["mismatched"] >= p["min_mismatches"]:
+        problems.append(f"{inbound['mismatched']} of {inbound['fallbacks']} fallback(s) from {inbound['origins']} "
+                        f"failed or ended by length with a smaller contract than the request asked for "
+                        f"({inbound['smaller_cap']} with a smaller max_tokens, {inbound['context_short']} short of "
+                        f"context)")
+    elif worse_than_direct:
+        problems.append(f"fallbacks from {inbound['origins']} failed or ended by length {pct(fb_bad_share)} of the "
+                        f"time against {pct(direct_bad_share)} for this model's own requests")
+    if inbound["same_domain"] >= p["min_same_domain"]:
+        problems.append(f"{inbound['same_domain']} fallback(s) failed like the attempt before them (same deployment "
+                        f"or the same error type): the same failure domain")
+    if dead:
+        problems.append(f"every client request that tried this deployment was answered elsewhere: {pct(failed_share)} "
+                        f"of its {pool['attempts']} attempts failed, adding {secs(pool['added_p50_s'])} (p50, max "
+                        f"{secs(pool['added_max_s'])}) before the fallback answered - a dead endpoint left in the pool")
+    if not problems:
+        if inbound["fallbacks"]:
+            text = (f"{inbound['fallbacks']} fallback(s) from {inbound['origins']} landed here; "
+                    f"{pct(fb_bad_share)} failed or ended by length against {pct(direct_bad_share)} of this model's own "
+                    "requests (of those with a known outcome), with no smaller cap or context than asked")
+        elif pool["answered_elsewhere"]:
+            text = (f"{pool['answered_elsewhere']} request(s) fell back from here, but only {pct(failed_share)} of "
+                    f"{pool['attempts']} attempts failed: not a dead endpoint")
+        else:
+            text = "no request fell back to or from this scope"
+        return {"state": "clear", "summary": f"No fallback contract problem: {text}.",
+                "evidence": {"metrics": metrics, "thresholds": thresholds}}
+
+    rows = ctx.rows(f"""
+        SELECT trace_id, k AS attempt, model, deployment, max_tokens, context_window, prompt_tokens, status,
+               coalesce(error_type, finish_reason) AS outcome, t_at
+        FROM sl005_attempts
+        WHERE trace_id IN (SELECT trace_id FROM sl005_attempts WHERE {me} AND (is_fallback OR tries > 1))
+        ORDER BY first_t_at, trace_id, k LIMIT 30""")
+    trace_table = table(["trace", "attempt", "model", "deployment", "max_tokens", "context window", "prompt tokens",
+                         "status", "outcome", "arrival"],
+                        [[r["trace_id"], r["attempt"], r["model"], r["deployment"], r["max_tokens"],
+                          r["context_window"], r["prompt_tokens"], r["status"], r["outcome"], r["t_at"]] for r in rows])
+    per_trace = ctx.rows(f"""
+        SELECT trace_id, min(t_at) AS t0, max(k) AS attempts,
+               date_diff('microsecond', min(t_at), max(coalesce(t_end, t_at))) / 1e6 AS total_s
+        FROM sl005_attempts
+        WHERE trace_id IN (SELECT trace_id FROM sl005_attempts WHERE {me} AND (is_fallback OR tries > 1))
+        GROUP BY trace_id ORDER BY t0 LIMIT 300""")
+    the_chart = chart("scatter", "Client requests that fell back: time from first attempt to the answer",
+                      "time", "seconds (first attempt to last byte)",
+                      [{"name": "fallback traces", "x": [r["t0"] for r in per_trace],
+                        "y": [rounded(r["total_s"]) for r in per_trace]}], x_time=True)
+    window = ctx.one(f"SELECT min(t_at) AS a, max(coalesce(t_end, t_at)) AS b FROM sl005_attempts WHERE {me}")
+    examples = ctx.examples(f"trace_id IN (SELECT trace_id FROM sl005_attempts WHERE {me} AND (is_fallback OR tries > 1))"
+                            f" AND ({FAILED} OR finish_reason = 'length')", "t_at")
+    kind = ("dead endpoint in the fallback pool" if dead and len(problems) == 1
+            else "fallback contract mismatch" if inbound["mismatched"] >= p["min_mismatches"] or worse_than_direct
+            else "fallback into the same failure domain" if len(problems) == 1 else "fallback problems")
+    metrics["problem"] = kind
+    result = {
+        "state": "fired",
+        "summary": f"Fallback problem ({kind}): " + "; ".join(problems) + ".",
+        "evidence": {"metrics": metrics, "thresholds": thresholds, "table": trace_table, "chart": the_chart,
+                     "windows": [{"start": window["a"], "end": window["b"]}]},
+        "examples": examples,
+    }
+    if dead and not (inbound["mismatched"] or worse_than_direct):
+        result["remediation"] = (
+            "Take the dead deployment out of the pool (or fix it): every request that reaches it waits for its "
+            "retries and backoff before the fallback answers. Put a health check or cooldown in front of it "
+            "(LiteLLM: allowed_fails and cooldown_time on the Router, or remove the deployment from model_list), "
+            "and set num_retries low for connection errors so a refused connection fails over at once.")
+        result["rollback"] = (
+            "After removing or fixing it, watch the time from first attempt to answer for requests to this model "
+            "group: roll back if the error rate of the group rises above today's, or if requests still take about "
+            "{added_latency_p50_s:.2f} s longer than the fallback's own latency within 30 minutes.")
+    return result
