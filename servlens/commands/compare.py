@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -50,11 +52,16 @@ def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from
     if by is not None:
         policy = policy.with_by(parse_by(by))
 
-    con, before_label, after_label = _open_runs(ctx, before, after, db, before_run, after_run, from_format)
+    scratch = tempfile.TemporaryDirectory(prefix="servlens-compare-")
     try:
-        doc = compare_runs(con, before_label, after_label, policy, seed=seed)
+        con, before_label, after_label = _open_runs(ctx, before, after, db, before_run, after_run, from_format,
+                                                    Path(scratch.name))
+        try:
+            doc = compare_runs(con, before_label, after_label, policy, seed=seed)
+        finally:
+            con.close()
     finally:
-        con.close()
+        scratch.cleanup()
     write_output(render(doc, fmt), out)
     ctx.exit(exit_code(doc))
 
@@ -78,8 +85,11 @@ def render(doc: dict, fmt: str) -> str:
     return render_compare_text(doc)
 
 
-def _open_runs(ctx, before, after, db, before_run, after_run, from_format):
-    """A connection and the two run labels: from --db and labels, or a temporary store ingested from paths."""
+def _open_runs(ctx, before, after, db, before_run, after_run, from_format, scratch: Path):
+    """A connection and the two run labels: from --db and labels, or a temporary store ingested from paths.
+
+    The temporary store is a file in `scratch` (removed afterwards), so DuckDB can spill large inputs to disk.
+    """
     from servlens.store.schema import open_store
 
     if before_run or after_run:
@@ -103,7 +113,7 @@ def _open_runs(ctx, before, after, db, before_run, after_run, from_format):
         missing = after if paths[0] else before
         raise InputError(f"No such file or folder: {missing}",
                          "Give two files or folders, or two run labels with --db")
-    con = open_store(None)
+    con = open_store(scratch / "compare.duckdb")
     try:
         for label, path in (("before", before), ("after", after)):
             _ingest(con, path, label, from_format)
@@ -121,7 +131,7 @@ def _ingest(con, path: str, run: str, from_format: str | None) -> None:
     """Ingest a file or folder into the temporary store as run `run` (servlens.ingest.api)."""
     from servlens.ingest.api import ingest_inputs
 
-    ingest_inputs(con, [path], run=run, from_format=from_format)
+    ingest_inputs(con, [path], run=run, from_format=from_format, progress=sys.stderr.isatty())
     rows = con.execute("SELECT count(*) FROM requests WHERE run = ?", [run]).fetchall()[0][0]
     if rows == 0:
         raise InputError(f"{path} holds no request log that servlens recognises",
