@@ -193,6 +193,11 @@ def ingest_inputs(
             index.update(metrics.load_scrape_index(plan.path))
             report.skipped.append({"path": str(plan.path), "reason": "scrape index: used for the scrape files' times and runs"})
 
+    # DuckDB's own progress bar prints to stdout (it would break --format json); ours goes to stderr, on a TTY only.
+    try:
+        con.execute("SET enable_progress_bar_print = false")
+    except duckdb.Error:
+        pass
     work = [p for p in plans if p.kind in ("requests", "metrics")]
     total_bytes = sum(p.path.stat().st_size for p in work)
     bar = _Progress(total_bytes, con) if progress and total_bytes >= PROGRESS_MIN_BYTES else None
@@ -263,6 +268,10 @@ class _Progress:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.con = con
+        try:
+            con.execute("SET enable_progress_bar = true")  # query_progress() needs it; printing stays off
+        except duckdb.Error:
+            pass
         self.progress = Progress(
             TextColumn("[bold]ingest[/] {task.fields[name]}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
             console=Console(file=sys.stderr), transient=True,
