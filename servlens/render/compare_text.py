@@ -74,9 +74,12 @@ def render_compare_text(doc: dict) -> str:
                            "verdict"], rows))
         judged = sum(1 for g in gates if g.get("change") is not None)
         conf = doc.get("policy", {}).get("confidence", 0.95)
-        out.append(f"* critical gate. Intervals are Holm-adjusted over {judged} judged gate"
-                   f"{'s' if judged != 1 else ''} at {conf:.0%} family confidence; latencies compare the after run "
-                   f"re-weighted to the before run's cohort mix.")
+        if judged:
+            out.append(f"* critical gate. Intervals are Holm-adjusted over {judged} judged gate"
+                       f"{'s' if judged != 1 else ''} at {conf:.0%} family confidence; latencies compare the after "
+                       f"run re-weighted to the before run's cohort mix.")
+        else:
+            out.append("* critical gate. No gate had the data to be judged (reasons below).")
     mix = doc.get("mix_shift")
     if mix and mix.get("significant"):
         out += ["", "Mix shift: " + mix["summary"] + "."]
