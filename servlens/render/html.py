@@ -431,9 +431,14 @@ class _ReportBuilder:
                 out.append({"kind": "list", "title": humanize(key),
                             "items": [format_cell(x, limits.cell_chars) for x in items[: limits.list_items]],
                             "hidden": max(0, len(items) - limits.list_items)})
-            for key, item in value.items():
-                if is_scalar(item) or (isinstance(item, list) and all(is_scalar(x) for x in item)):
-                    continue
+            nested = [(k, v) for k, v in value.items()
+                      if not (is_scalar(v) or (isinstance(v, list) and all(is_scalar(x) for x in v)))]
+            if len(nested) > limits.list_items:
+                # e.g. a workload profile of thousands of runs: the first ones, and a count of the rest
+                out.append({"kind": "list", "title": None, "items": [],
+                            "hidden": len(nested) - limits.list_items})
+                nested = nested[: limits.list_items]
+            for key, item in nested:
                 if depth >= 4:
                     out.append({"kind": "kv", "title": None, "items": [(humanize(key), format_cell(item, 200))]})
                     continue

@@ -290,3 +290,14 @@ def test_large_latency_ratios_read_as_multiples(compare_doc):
     text = " ".join(scan(render_html(compare_doc)).text)
     assert "×39.1" in text and "[×22.1, ×56.8]" in text
     assert "+3809" not in text
+
+
+def test_size_stays_bounded_on_a_huge_workload(analyze_doc):
+    run = {"requests": 40, "rate": {"chart": {"type": "line", "title": "Request rate", "x_time": True,
+                                              "series": [{"name": "rps", "x": ["2026-11-28T10:00:00Z"] * 3,
+                                                          "y": [1, 2, 3]}]}},
+           "lengths": {"per_model": {"columns": ["model", "requests"], "rows": [[f"m{i}", i] for i in range(5000)]}}}
+    analyze_doc["workload"] = {"runs": {f"run-{i}": run for i in range(3000)}}
+    page = render_html(analyze_doc)
+    assert len(page.encode()) <= MAX_REPORT_BYTES
+    assert "more</li>" in page and page.count("<svg") <= 18
