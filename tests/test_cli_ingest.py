@@ -181,3 +181,13 @@ def test_help_has_examples(tmp_path):
     for command in ("ingest", "formats", "runs"):
         done = servlens(tmp_path, command, "-h")
         assert done.returncode == 0 and "Example:" in done.stdout
+
+
+def test_metrics_option_reads_scrapes_and_skips_the_rest(tmp_path):
+    bench = REAL / "vllm-bench" / "random"
+    done = servlens(tmp_path, "ingest", "--metrics", str(bench), "--run", "before", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert [(s["kind"], s["format"], s["run"]) for s in document["sources"]] == [("metrics", "prometheus-text", "before")]
+    reasons = {Path(s["path"]).name: s["reason"] for s in document["skipped"]}
+    assert reasons[next(bench.glob("*.json")).name] == "not a Prometheus scrape, OpenMetrics file or query_range JSON"

@@ -488,3 +488,13 @@ finish_reason = "finish"
         (1, "r1", datetime(2026, 11, 28, 14, 0, 1), 10, "stop"),
         (2, "r2", datetime(2026, 11, 28, 14, 0, 2), 20, "length"),
         (3, "r3", datetime(2026, 11, 28, 14, 0, 3), 30, "stop")]
+
+
+def test_crlf_line_ends_keep_line_numbers(con, tmp_path):
+    lines = (REAL / "vllm-cpu" / "requests.jsonl").read_text().splitlines()[:3]
+    path = tmp_path / "crlf.jsonl"
+    path.write_bytes(("\r\n".join([lines[0], "oops", "", lines[1], lines[2]]) + "\r\n").encode())
+    report = ingest_inputs(con, [str(path)], run="c")
+    assert report.sources[0]["rows"] == 3 and report.sources[0]["bad_lines"] == 1
+    assert one(con, "SELECT line, byte_length FROM ingest_errors") == (2, 4)
+    assert [r[0] for r in con.execute("SELECT source_line FROM requests ORDER BY 1").fetchall()] == [1, 4, 5]
