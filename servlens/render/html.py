@@ -607,12 +607,17 @@ class _ReportBuilder:
         )
         gate_rows = [self._gate(gate, limits) for _, gate in ordered[: limits.gate_rows]]
         gate_charts = []
-        with_chart = [gate for _, gate in ordered if _is_chart_value(gate.get("chart"))]
-        for gate in with_chart:
+        with_detail = [gate for _, gate in ordered
+                       if _is_chart_value(gate.get("chart")) or isinstance(gate.get("cohorts"), list) and gate["cohorts"]]
+        hidden_charts = 0
+        for gate in with_detail[: limits.gate_rows]:
             rendered = self.chart(gate.get("chart"), budget, placeholder=False)
-            if rendered is None:
-                break
-            gate_charts.append({"gate": self._gate(gate, limits), "chart": rendered})
+            if rendered is None and _is_chart_value(gate.get("chart")):
+                hidden_charts += 1
+            cohorts = self._gate_cohorts(gate, limits)
+            if rendered is None and cohorts is None:
+                continue
+            gate_charts.append({"gate": self._gate(gate, limits), "chart": rendered, "cohorts": cohorts})
         counts: dict[str, int] = {}
         for gate in gates:
             counts[str(gate.get("verdict"))] = counts.get(str(gate.get("verdict")), 0) + 1
@@ -642,7 +647,7 @@ class _ReportBuilder:
             "gates_total": len(gates),
             "verdict_counts": [(v, counts[v]) for v in sorted(counts, key=lambda v: VERDICT_ORDER.get(v, 3))],
             "gate_charts": gate_charts,
-            "gate_charts_hidden": len(with_chart) - len(gate_charts),
+            "gate_charts_hidden": hidden_charts,
             "rollback": rollback,
             "improvements": self.blocks(doc.get("improvements"), limits, budget) if doc.get("improvements") else [],
             "cohorts": self.blocks(cohorts, limits, budget) if cohorts else [],
@@ -668,6 +673,31 @@ class _ReportBuilder:
             rows.append((humanize(key), _side_value(key, before.get(key), limits),
                          _side_value(key, after.get(key), limits)))
         return rows
+
+    def _gate_cohorts(self, gate: dict, limits: Limits) -> dict | None:
+        """A gate's per-cohort results (the diagnostics behind a mix-adjusted headline) as a table."""
+        cohorts = [c for c in gate.get("cohorts") or [] if isinstance(c, dict)]
+        if not cohorts:
+            return None
+        latency = gate.get("kind") == "latency" or (gate.get("kind") is None and _is_latency(str(gate.get("metric"))))
+        value = format_seconds if latency else format_percent
+        rows = []
+        for cohort in cohorts:
+            if cohort.get("ratio") is not None:
+                change = _signed_percent_from_ratio(cohort["ratio"]) if cohort["ratio"] < 2 else _multiple(cohort["ratio"])
+            elif cohort.get("diff") is not None:
+                change = _signed_points(cohort["diff"])
+            elif cohort.get("before") is not None and cohort.get("after") is not None and not latency:
+                change = _signed_points(cohort["after"] - cohort["before"])
+            else:
+                change = "—"
+            rows.append([format_cell(cohort.get("cohort"), limits.cell_chars), format_number(cohort.get("n_before")),
+                         format_number(cohort.get("n_after")), value(cohort.get("before")),
+                         value(cohort.get("after")), change,
+                         "yes" if cohort.get("compared", True) else "no (too few requests)"])
+        table = self.table(["cohort", "n before", "n after", "before", "after", "change", "compared"], rows, limits)
+        table["numeric"] = [False, True, True, True, True, True, False]
+        return table
 
     def _gate(self, gate: dict, limits: Limits) -> dict:
         metric = str(gate.get("metric") or "")
