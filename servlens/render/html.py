@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -75,13 +76,17 @@ def render_html(doc: dict, templates_dir: str | Path | None = None) -> str:
     environment = _environment(templates_dir)
     template = environment.get_template(f"{kind}.html")
     builder = _ReportBuilder(doc)
-    page = ""
-    for limits in LIMIT_LEVELS:
-        context = builder.context(limits)
-        page = template.render(**context)
-        if len(page.encode("utf-8")) <= MAX_REPORT_BYTES:
-            return page
-    return page
+    token = _RELATIVE_CLOCK.set(builder.relative_clock)
+    try:
+        page = ""
+        for limits in LIMIT_LEVELS:
+            context = builder.context(limits)
+            page = template.render(**context)
+            if len(page.encode("utf-8")) <= MAX_REPORT_BYTES:
+                return page
+        return page
+    finally:
+        _RELATIVE_CLOCK.reset(token)
 
 
 def _environment(templates_dir: str | Path | None):
@@ -238,6 +243,8 @@ def format_cell(value: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# Set while a document on a relative clock (DESIGN.md "Times") renders: its timestamps read +hh:mm:ss everywhere.
+_RELATIVE_CLOCK: ContextVar[bool] = ContextVar("relative_clock", default=False)
 _ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$")
 
 
@@ -251,7 +258,7 @@ def format_keyed(key: Any, value: Any, limit: int = 300) -> str:
         if any(word in name for word in ("share", "rate", "fraction", "ratio_of")) and 0 <= abs(value) <= 1:
             return format_percent(value)
     if isinstance(value, str) and _ISO_TIME.match(value.strip()):
-        return format_time(value)
+        return format_time(value, _RELATIVE_CLOCK.get())
     return format_cell(value, limit)
 
 

@@ -109,3 +109,19 @@ def test_report_command_rerenders_real_results_in_every_format(analyze_result, c
         assert done.stdout.strip()
         if doc["kind"] == "compare":
             assert doc["verdict"] in done.stdout.lower()
+
+
+def test_relative_clock_trace_reads_as_offsets_everywhere(tmp_path):
+    """Mooncake's trace has no absolute clock (DESIGN.md "Times"): no 1970 dates anywhere, +hh:mm:ss instead,
+    and with no latencies the workload section still describes the traffic."""
+    trace = REPO / "tests" / "data" / "shared" / "traces" / "mooncake_fast25_synthetic_trace.jsonl"
+    done = servlens("analyze", str(trace), "--format", "json", "--out", str(tmp_path / "r.json"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["coverage"]["time_span"]["relative_clock"] is True
+    page = render_html(doc)
+    assert "1970" not in page
+    assert "+00:00:00 → +00:17:02" in page
+    if doc.get("workload"):
+        workload = page[page.index('id="workload"'):]
+        assert "<svg" in workload and ">+00:05:00<" in workload
