@@ -306,3 +306,12 @@ def test_size_stays_bounded_on_a_huge_workload(analyze_doc):
     page = render_html(analyze_doc)
     assert len(page.encode()) <= MAX_REPORT_BYTES
     assert "more</li>" in page and page.count("<svg") <= 18
+
+
+def test_nothing_fired_but_not_evaluable_is_not_clean(analyze_doc):
+    analyze_doc["findings"] = [f for f in analyze_doc["findings"] if f["state"] != "fired"]
+    page = render_html(analyze_doc)
+    assert 'data-verdict="not_evaluable"' in page and "No findings · 1 not evaluable" in page
+    analyze_doc["findings"] = [f for f in analyze_doc["findings"] if f["state"] == "not_evaluable"]
+    page = render_html(analyze_doc)
+    assert 'data-verdict="not_evaluable"' in page and "Nothing could be evaluated" in page
