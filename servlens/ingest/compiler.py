@@ -34,8 +34,10 @@ BAD_ROW_STATUS = "__bad__"
 PREFIX_CHARS = 2048
 ERROR_MESSAGE_CHARS = 500
 EXCERPT_BYTES = 200
-# Lines up to 64 MiB (a vLLM bench document with long generated texts can be large).
-MAX_LINE_BYTES = 64 * 1024 * 1024
+# The longest line a JSON-lines file may have (the reader's buffer is twice this, per thread: it sets the peak memory;
+# 64 MiB cost 230 MB more RSS than 8 MiB on a 500 MB log). A `json` document gets room for its whole file.
+MAX_LINE_BYTES = 8 * 1024 * 1024
+MAX_DOCUMENT_BYTES = 1024 * 1024 * 1024
 
 # Markers that mean reasoning text is where it should not be (reference/engines.md §3, D3).
 REASONING_MARKERS = (
@@ -183,18 +185,26 @@ def _raw_source(profile: Profile, opts: CompileOptions) -> tuple[str, bool]:
     """The _raw CTE body and whether its rows are JSON text (`_text`)."""
     path = sql_str(str(opts.path))
     compression = sql_str(opts.compression or "none")
+    longest = MAX_LINE_BYTES
+    if profile.reader == "json":
+        try:
+            size = opts.path.stat().st_size * (20 if opts.compression else 1)
+        except OSError:
+            size = 0
+        longest = min(max(MAX_LINE_BYTES, size + 1024 * 1024), MAX_DOCUMENT_BYTES)
     lines = (
         "SELECT row_number() OVER () AS _line, line AS _text FROM read_csv("
         f"{path}, columns={{'line': 'VARCHAR'}}, header=false, auto_detect=false, delim='\\x1f', quote='', "
         f"escape='', new_line='\\r\\n', strict_mode=false, null_padding=true, compression={compression}, "
-        f"max_line_size={MAX_LINE_BYTES}, buffer_size={2 * MAX_LINE_BYTES})"
+        f"max_line_size={longest}, buffer_size={2 * longest}, ignore_errors=true, store_rejects=true, "
+        "rejects_table='_sl_csv_rejects', rejects_scan='_sl_csv_reject_scans')"
     )
     if profile.reader == "jsonl" or (profile.reader == "json" and not opts.json_multiline):
         # One JSON value per line (a vLLM bench result is one line; --append-result adds one line per run).
         return lines, True
     if profile.reader == "json":
         # One pretty-printed document spread over many lines: the document is line 1.
-        return f"SELECT 1 AS _line, string_agg(_text, chr(10) ORDER BY _line) AS _text FROM ({lines})", True
+        return f"SELECT 1 AS _line, string_agg(_text, chr(10) ORDER BY _line) AS _text FROM ({lines}) HAVING count(*) > 0", True
     if profile.reader == "csv":
         options = {"header": True, "all_varchar": True, "compression": opts.compression or "none"}
         options.update(profile.csv_options)

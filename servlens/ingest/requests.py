@@ -13,7 +13,7 @@ import duckdb
 
 from servlens.errors import ConfigError, InputError
 from servlens.ingest import sources as src
-from servlens.ingest.compiler import BAD_ROW_STATUS, CompileOptions, compile_profile, sql_str
+from servlens.ingest.compiler import BAD_ROW_STATUS, MAX_LINE_BYTES, CompileOptions, compile_profile, sql_str
 from servlens.ingest.profiles import Profile
 from servlens.store.schema import REQUEST_COLUMNS
 
@@ -162,8 +162,7 @@ def ingest_request_file(
             first_id = src.insert_source(con, run=_PENDING_RUN, kind="requests", path=path, decision=pending,
                                          fmt=profile.name)
             source_sql, where = str(first_id), "true"
-        if profile.reader == "csv":
-            con.execute("DROP TABLE IF EXISTS _sl_csv_rejects; DROP TABLE IF EXISTS _sl_csv_reject_scans")
+        con.execute("DROP TABLE IF EXISTS _sl_csv_rejects; DROP TABLE IF EXISTS _sl_csv_reject_scans")
         sql = compiled.select(source_id_sql=source_sql, where_sql=where)
         try:
             con.execute(f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)})\n{sql}")
@@ -194,8 +193,8 @@ def ingest_request_file(
             [str(path)],
         )
         con.execute(f"DELETE FROM requests WHERE source_id IN ({id_list}) AND status = '{BAD_ROW_STATUS}'")
-        if profile.reader == "csv":
-            _move_csv_rejects(con, first_id, path, keep_text)
+        if profile.reader != "parquet":
+            _move_csv_rejects(con, first_id, path, keep_text, lines=profile.reader != "csv")
         for source_id in ids.values():
             src.update_source_counts(con, source_id)
         bad = con.execute(f"SELECT count(*) FROM ingest_errors WHERE source_id IN ({id_list})").fetchone()[0]
@@ -278,8 +277,10 @@ def _profile_error(profile: Profile, path: Path, exc: Exception) -> Exception:
     )
 
 
-def _move_csv_rejects(con: duckdb.DuckDBPyConnection, source_id: int, path: Path, keep_text: bool) -> None:
-    """CSV rows DuckDB could not split are kept in ingest_errors with their line number."""
+def _move_csv_rejects(con: duckdb.DuckDBPyConnection, source_id: int, path: Path, keep_text: bool,
+                      lines: bool = False) -> None:
+    """Rows the CSV reader rejected are kept in ingest_errors with their line number: CSV rows it could not split,
+    or (`lines`: a JSON-lines file read as lines) a line too long or not UTF-8."""
     from servlens.errors import redact_sql
 
     exists = con.execute(
@@ -288,9 +289,14 @@ def _move_csv_rejects(con: duckdb.DuckDBPyConnection, source_id: int, path: Path
     if not exists:
         return
     excerpt = redact_sql("left(csv_line, 200)") if keep_text else "NULL"
+    reason = "error_type || ': ' || error_message"
+    if lines:
+        reason = (f"CASE WHEN error_type = 'LINE SIZE OVER MAXIMUM' THEN 'line longer than {MAX_LINE_BYTES // 1048576} MiB' "
+                  "WHEN error_type = 'INVALID ENCODING' THEN 'not UTF-8 text' ELSE lower(error_type) || ': ' || error_message END")
     con.execute(
         f"""INSERT INTO ingest_errors (source_id, path, line, byte_length, reason, keys_seen, excerpt)
-        SELECT ?, ?, line, octet_length(encode(csv_line)), error_type || ': ' || error_message, NULL, {excerpt}
+        SELECT ?, ?, line, CASE WHEN error_type <> 'LINE SIZE OVER MAXIMUM' THEN octet_length(encode(csv_line)) END,
+               {reason}, NULL, {excerpt}
         FROM (SELECT *, row_number() OVER (PARTITION BY line ORDER BY column_idx) AS n FROM _sl_csv_rejects) WHERE n = 1""",
         [source_id, str(path)],
     )

@@ -498,3 +498,19 @@ def test_crlf_line_ends_keep_line_numbers(con, tmp_path):
     assert report.sources[0]["rows"] == 3 and report.sources[0]["bad_lines"] == 1
     assert one(con, "SELECT line, byte_length FROM ingest_errors") == (2, 4)
     assert [r[0] for r in con.execute("SELECT source_line FROM requests ORDER BY 1").fetchall()] == [1, 4, 5]
+
+
+def test_lines_too_long_or_not_utf8_are_bad_lines_not_a_failed_file(con, tmp_path):
+    from servlens.ingest.compiler import MAX_LINE_BYTES
+
+    lines = (REAL / "vllm-cpu" / "requests.jsonl").read_text().splitlines()[:3]
+    huge = json.loads(lines[1])
+    huge["body"]["padding"] = "x" * (MAX_LINE_BYTES + 10)
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes(b"\n".join([lines[0].encode(), json.dumps(huge).encode(),
+                                 b'{"send_ts": 1.0, "body": {"model": "t\xff"}}', lines[2].encode()]) + b"\n")
+    report = ingest_inputs(con, [str(path)], run="o")
+    assert report.sources[0]["rows"] == 2 and report.sources[0]["bad_lines"] == 2
+    assert con.execute("SELECT line, byte_length, reason FROM ingest_errors ORDER BY line").fetchall() == [
+        (2, None, "line longer than 8 MiB"), (3, 41, "not UTF-8 text")]
+    assert [r[0] for r in con.execute("SELECT source_line FROM requests ORDER BY 1").fetchall()] == [1, 4]
