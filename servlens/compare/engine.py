@@ -187,6 +187,8 @@ def _latency_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, s
         sides = [name for name, total in (("before", total_b), ("after", total_a)) if total == 0]
         base["reason"] = (f"{human} is not measured in the {' and '.join(sides)} run{'s' if len(sides) > 1 else ''} "
                           f"(no successful request has {column})")
+        if len(sides) == 1:
+            base["missing_side"] = sides[0]
         return [base]
     compared = (n[0] >= policy.min_cohort_requests) & (n[1] >= policy.min_cohort_requests)
     if not compared.any():
@@ -356,6 +358,8 @@ def _rate_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, note
     if total_b == 0 or total_a == 0:
         sides = [name for name, t in (("before", total_b), ("after", total_a)) if t == 0]
         base["reason"] = f"the {' and '.join(sides)} run{'s' if len(sides) > 1 else ''} cannot tell the {gate.name}"
+        if len(sides) == 1:
+            base["missing_side"] = sides[0]
         return [base]
     compared = (totals[0] >= policy.min_cohort_requests) & (totals[1] >= policy.min_cohort_requests)
     if not compared.any():
@@ -547,6 +551,11 @@ def _overall(results: list[dict], coverage: dict, policy: Policy) -> tuple[str, 
                         + "; ".join(r["rollback_criterion"] for r in failed) + "." + warn)
     if not coverage["sufficient"]:
         return "inconclusive", coverage["explanation"] + "." + warn
+    one_sided = [r for r in results if r.get("missing_side")]
+    if one_sided:
+        # a metric logged on one side only: the logging changed with the release, so the gate cannot be trusted
+        return "inconclusive", ("A gated metric is missing on one side: "
+                                + "; ".join(r["rollback_criterion"] for r in one_sided) + "." + warn)
     if not critical:
         return "inconclusive", "The policy has no critical gate, so nothing can pass the release." + warn
     open_ = [r for r in critical if r["verdict"] == "inconclusive"]

@@ -243,3 +243,16 @@ def test_document_shape_is_stable_and_bounded(con):
     assert doc["method"]["binning_error"] == ("latencies binned on a log scale, bins 0.5% wide: each quantile "
                                               "within ±0.25%, each ratio within ±0.5%; latency intervals are widened by "
                                               "that bound")
+
+
+def test_a_non_critical_metric_missing_on_one_side_is_inconclusive_too(con):
+    """DESIGN.md Decisions: a gated metric missing on one side is exit 3, critical or not."""
+    add_run(con, "before", 20000, 1)
+    add_run(con, "after", 20000, 2, drop=("tpot_s",))
+    doc = compare_runs(con, "before", "after", FAST, seed=1)
+    tpot = gate(doc, "tpot_p50")
+    assert tpot["missing_side"] == "after" and not tpot["critical"]
+    assert gate(doc, "ttft_p99")["verdict"] == "pass"
+    assert doc["verdict"] == "inconclusive"
+    assert doc["reason"] == ("A gated metric is missing on one side: hold: TPOT p50 cannot be judged: TPOT is not "
+                             "measured in the after run (no successful request has tpot_s).")
