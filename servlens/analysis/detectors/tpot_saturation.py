@@ -37,13 +37,16 @@ def _concurrency_table(ctx: DetectorContext) -> str:
              f"{spec.offset_sql('t_arrival')})")
     decode_start = f"coalesce({spec.offset_sql('t_first_token')}, {end} - decode_s, {start})"
     # Every request with an end occupies the engine (streamed or not, with a TPOT or not); the ones with a TPOT are judged.
-    everyone = f"""SELECT request_id, source_line, tpot_s, {start} AS s, {end} AS e, (coalesce({decode_start}, {end}) + {end}) / 2 AS mid
+    everyone = f"""SELECT request_id, source_line, tpot_s, decode_s, {start} AS s, {end} AS e, (coalesce({decode_start}, {end}) + {end}) / 2 AS mid
                    FROM scope_requests WHERE t_end IS NOT NULL"""
     base = f"SELECT * FROM ({everyone}) WHERE tpot_s IS NOT NULL"
     if ctx.path_available("TPOT with request overlap"):
+        # With the engine's own times, a request without them (a client timeout, an error) has no known busy
+        # interval: from arrival to its end it was mostly waiting, and counting it would inflate the concurrency.
+        engine_only = "AND decode_s IS NOT NULL" if ctx.has("decode_s") else ""
         ctx.con.execute(f"""
             CREATE OR REPLACE TEMP TABLE sl010_requests AS
-            WITH r AS ({base}), busy AS (SELECT s, e FROM ({everyone}) WHERE s IS NOT NULL)
+            WITH r AS ({base}), busy AS (SELECT s, e FROM ({everyone}) WHERE s IS NOT NULL {engine_only})
             SELECT r.request_id, r.source_line, r.tpot_s, count(*) AS conc
             FROM r JOIN busy b ON b.s <= r.mid AND b.e > r.mid
             GROUP BY r.request_id, r.source_line, r.tpot_s""")
