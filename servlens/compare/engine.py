@@ -37,7 +37,7 @@ def compare_runs(con, before: str, after: str, policy: Policy | None = None, see
     alpha = 1 - policy.confidence
     doc = {
         "kind": "compare", "schema_version": SCHEMA_VERSION,
-        "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "servlens_version": __version__,
         "verdict": None, "reason": None,
         "before": runs[before], "after": runs[after],
@@ -471,7 +471,7 @@ def _interval_and_verdict(r: dict, level: float) -> None:
             edge, room = ((hi_c, tol - change) if direction != "decrease" else (lo_c, change + tol))
             if room > 0:
                 factor = (abs(edge - change) / room) ** 2
-                r["requests_needed"] = int(math.ceil(max(r["n_before"], r["n_after"]) * factor))
+                r["requests_needed"] = math.ceil(max(r["n_before"], r["n_after"]) * factor)
     r["improved"] = bool(improved and r["verdict"] == "pass")
 
 
@@ -683,7 +683,7 @@ def _r(value, digits: int = 6):
     value = float(value)
     if value == 0 or not math.isfinite(value):
         return value if math.isfinite(value) else None
-    return round(value, digits - 1 - int(math.floor(math.log10(abs(value)))))
+    return round(value, digits - 1 - math.floor(math.log10(abs(value))))
 
 
 def exit_code(doc: dict) -> int:

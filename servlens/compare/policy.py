@@ -120,7 +120,7 @@ class Policy:
             keys = tuple(k for k in keys if k != "output_band")
         return keys
 
-    def with_by(self, by: tuple[str, ...] | None) -> "Policy":
+    def with_by(self, by: tuple[str, ...] | None) -> Policy:
         return self if by is None else replace(self, by=by)
 
 

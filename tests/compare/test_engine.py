@@ -172,7 +172,6 @@ def test_error_rate_gate_fails_on_a_real_increase(con):
 
 def test_failed_requests_without_token_counts_band_rates_by_model_only(con):
     add_run(con, "before", 5000, 1)
-    rng = np.random.default_rng(3)
     insert_requests(con, "after", {"model": np.full(200, "qwen3-8b", dtype=object),
                                    "status": np.full(200, "error", dtype=object)})
     add_run(con, "after", 5000, 2)
@@ -181,7 +180,6 @@ def test_failed_requests_without_token_counts_band_rates_by_model_only(con):
     assert err["by"] == ["model"]
     assert err["verdict"] == "fail"          # 0% -> 3.8%: not hidden in an 'unknown length' band
     assert any("error rate: 200 of the counted events have no prompt token count" in n for n in doc["notes"])
-    del rng
 
 
 def test_mix_shift_is_adjusted_away_and_reported(con):
