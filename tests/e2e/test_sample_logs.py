@@ -112,3 +112,19 @@ def test_harness_records_have_the_shared_recordings_keys():
     index_keys = set(json.loads(open(SHARED_LLAMACPP / "metrics_index.jsonl").readline()))
     for folder in FOLDERS.values():
         assert set(json.loads(open(SAMPLE_LOGS / folder / "metrics_index.jsonl").readline())) == index_keys
+
+
+def test_streams_and_full_responses_split_reasoning_the_same_way():
+    """The harness reassembles streamed deltas: with --reasoning-format none the markers arrive in content deltas,
+    with deepseek (thinking template) the thought arrives as reasoning_content deltas — as in the full responses."""
+    for folder, in_content, in_reasoning in (("reasoning-none", True, False), ("reasoning-deepseek", False, True)):
+        recs = _records(folder)
+        streams = [r for r in recs if r["body"]["stream"] and r["http_status"] == 200]
+        plain = [r["response"]["choices"][0]["message"] for r in recs if not r["body"]["stream"]]
+        assert len(streams) >= 5 and len(plain) >= 20
+        assert all(("<think>" in r["stream_content"]) is in_content for r in streams)
+        assert all(bool(r["stream_reasoning_content"]) is in_reasoning for r in streams)
+        assert all(("<think>" in m["content"]) is in_content for m in plain)
+        assert all(bool(m.get("reasoning_content")) is in_reasoning for m in plain)
+        # a stream's reassembled content has exactly the characters of its content chunks
+        assert all(len(r["stream_content"]) == r["output_chars"] for r in streams)
