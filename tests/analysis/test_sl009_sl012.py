@@ -137,6 +137,12 @@ def test_recorded_client_timeout_of_3_s_is_found_from_the_data(limits):
     assert m["never_fit"] == m["never_fit_without_queue"] == long_caps
     assert 64 < m["max_tokens_that_fit"] < 1500
     assert "Timeouts at a fixed limit of about 3." in f["summary"]
+    # The client got no response for the failed ones, so the split comes from the slow finished requests, whose time
+    # was mostly the wait for one of the 2 slots (llama.cpp: e2e minus its own prefill and decode time).
+    assert m["split_of"] == "finished in 1.55 s or more"
+    assert m["split_requests"] == sum(1 for r in finished if r["e2e_s"] >= m["limit_s"] / 2)
+    assert m["queue_share"] > 0.5 and m["queue_share"] + m["first_token_share"] + m["generation_share"] == pytest.approx(1, abs=0.02)
+    assert "the failed ones carry no times" in f["summary"]
     assert len(f["examples"]) == 5
     chart = f["evidence"]["chart"]
     assert chart["type"] == "bar" and sum(chart["series"][1]["y"]) == len(failed)

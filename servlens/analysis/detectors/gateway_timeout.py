@@ -82,7 +82,7 @@ def detect(ctx: DetectorContext) -> dict:
                 "summary": f"No fixed timeout limit: {base['failed_slow']} requests failed after {secs(p['min_limit_s'])} "
                            f"or more, but their e2e does not pile up at one value ({'; '.join(why)})."}
 
-    split = _split(ctx, at_limit)
+    split = _time_split(ctx, at_limit, limit)
     metrics |= split
     fit = _never_fit(ctx, limit)
     metrics |= fit
@@ -91,8 +91,11 @@ def detect(ctx: DetectorContext) -> dict:
              f"{s['at_limit']} failed requests end within {pct(band)} below {secs(limit)} ({s['over_limit']} lasted longer)",
              f"{pct(failed_share)} of the requests that reached it failed"]
     if split.get("split_requests"):
-        parts.append(f"their time went to queue {pct(split['queue_share'])}, first token {pct(split['first_token_share'])}, "
-                     f"generation {pct(split['generation_share'])}")
+        shares = (f"queue {pct(split['queue_share'])}, first token {pct(split['first_token_share'])}, "
+                  f"generation {pct(split['generation_share'])}")
+        parts.append(f"their time went to {shares}" if split["split_of"] == "failed at the limit" else
+                     f"the failed ones carry no times; the {split['split_requests']} requests that {split['split_of']} "
+                     f"spent {shares}")
     if split.get("no_first_token"):
         parts.append(f"{split['no_first_token']} never got a first token")
     if fit.get("never_fit") is not None:
@@ -110,28 +113,41 @@ def detect(ctx: DetectorContext) -> dict:
     return result
 
 
-def _split(ctx: DetectorContext, at_limit: str) -> dict:
-    """Where the time of the requests at the limit went: queue, first token (TTFT without queue), generation."""
-    if not ctx.has("ttft_s") and not ctx.has("queue_s"):
-        return {}
-    queue = "coalesce(queue_s, 0)" if ctx.has("queue_s") else "0"
-    row = ctx.one(f"""SELECT count(*) FILTER (WHERE ttft_s IS NOT NULL OR queue_s IS NOT NULL) AS n,
-                             count(*) FILTER (WHERE ttft_s IS NULL) AS no_ttft,
-                             sum({queue}) FILTER (WHERE ttft_s IS NOT NULL) AS queue_sum,
-                             sum(ttft_s - {queue}) FILTER (WHERE ttft_s IS NOT NULL) AS first_sum,
-                             sum(e2e_s - ttft_s) FILTER (WHERE ttft_s IS NOT NULL) AS gen_sum,
-                             sum(e2e_s) FILTER (WHERE ttft_s IS NOT NULL) AS e2e_sum,
-                             {q(queue, 0.5)} AS queue_p50
-                      FROM scope_requests WHERE {at_limit}""")
-    out = {"split_requests": row["n"], "no_first_token": row["no_ttft"] if ctx.has("ttft_s") else None,
-           "queue_p50_at_limit_s": rounded(row["queue_p50"]) if ctx.has("queue_s") else None}
-    if row["e2e_sum"]:
-        out |= {"queue_share": rounded(row["queue_sum"] / row["e2e_sum"]),
-                "first_token_share": rounded(row["first_sum"] / row["e2e_sum"]),
-                "generation_share": rounded(row["gen_sum"] / row["e2e_sum"])}
-    else:
-        out["split_requests"] = 0
-    return out
+# Where a request's time went. First token without the queue: TTFT - queue, else the engine's prefill; generation:
+# e2e - TTFT, else the engine's decode time (non-streamed requests have no TTFT but engines report both).
+QUEUE = "coalesce(queue_s, 0)"
+FIRST = "coalesce(ttft_s - coalesce(queue_s, 0), prefill_s)"
+GENERATION = "coalesce(e2e_s - ttft_s, decode_s)"
+
+
+def _split(ctx: DetectorContext, where: str) -> dict | None:
+    """Queue, first-token and generation shares of e2e summed over the requests matching `where` that have them."""
+    if not (ctx.has("ttft_s") or ctx.has("prefill_s") or ctx.has("decode_s")):
+        return None
+    row = ctx.one(f"""SELECT count(*) AS n, sum({QUEUE}) AS queue_sum, sum({FIRST}) AS first_sum,
+                             sum({GENERATION}) AS gen_sum, sum(e2e_s) AS e2e_sum, {q(QUEUE, 0.5)} AS queue_p50
+                      FROM scope_requests WHERE {where} AND {FIRST} IS NOT NULL AND {GENERATION} IS NOT NULL""")
+    if not row["n"] or not row["e2e_sum"]:
+        return None
+    return {"n": row["n"], "queue_share": row["queue_sum"] / row["e2e_sum"],
+            "first_token_share": row["first_sum"] / row["e2e_sum"],
+            "generation_share": row["gen_sum"] / row["e2e_sum"], "queue_p50_s": row["queue_p50"]}
+
+
+def _time_split(ctx: DetectorContext, at_limit: str, limit: float) -> dict:
+    """The split of the failed requests at the limit; when they carry no times (a client gave up and got no
+    response), the split of the finished requests that took at least half the limit, named as such."""
+    out: dict = {}
+    if ctx.has("ttft_s"):
+        out["no_first_token"] = ctx.one(f"SELECT count(*) AS n FROM scope_requests WHERE {at_limit} AND ttft_s IS NULL")["n"]
+    split, of = _split(ctx, at_limit), "failed at the limit"
+    if split is None:
+        split, of = _split(ctx, f"NOT ({FAILED}) AND e2e_s >= {limit / 2}"), f"finished in {secs(limit / 2)} or more"
+    if split is None:
+        return out
+    return out | {"split_of": of, "split_requests": split["n"], "queue_share": rounded(split["queue_share"]),
+                  "first_token_share": rounded(split["first_token_share"]),
+                  "generation_share": rounded(split["generation_share"]), "queue_p50_s": rounded(split["queue_p50_s"])}
 
 
 def _never_fit(ctx: DetectorContext, limit: float) -> dict:
