@@ -64,10 +64,13 @@ def engine_out(tmp_path_factory) -> Path:
     out = Path(env) if env else tmp_path_factory.mktemp("engine")
     if env and _runs_done(out, E2E_SCENARIOS):
         return out
+    from tools.engine import server as engine_server
+
     t0 = time.time()
     for name in E2E_SCENARIOS:
         run_scenario(name, out, log=lambda msg: print(msg, file=sys.stderr))
     print(f"e2e scenarios driven in {time.time() - t0:.1f} s", file=sys.stderr)
+    assert not engine_server._RUNNING, f"engine servers left running: {sorted(engine_server._RUNNING)}"
     return out
 
 

@@ -8,6 +8,7 @@ import os
 import requests
 
 from tools.engine.model import ModelSpec, build_vocab, ensure_model, write_model
+from tools.engine import server as engine_server
 from tools.engine.server import ServerConfig, start_server
 
 NEEDS_ENGINE = True  # skipped (with the reason) where xllamacpp or gguf cannot be imported
@@ -50,6 +51,7 @@ def test_server_answers_with_timings_and_metrics_and_stops_by_pid(tmp_path):
         assert props["default_generation_settings"]["n_ctx"] == 1024  # --ctx-size is split between the slots
     finally:
         server.stop()
+    assert server.pid not in engine_server._RUNNING
     try:
         os.kill(server.pid, 0)
         alive = True
