@@ -57,7 +57,9 @@ def detect(ctx: DetectorContext) -> dict:
                min(since_s) FILTER (WHERE {SUCCESS}) AS first_success_s,
                max(since_s) FILTER (WHERE since_s < {ready_s} AND {READINESS_ERROR}) AS last_early_error_s,
                count(*) FILTER (WHERE {SUCCESS}) AS successes,
-               string_agg(DISTINCT coalesce(CAST(http_status AS VARCHAR), error_type, finish_reason), ', ')
+               string_agg(DISTINCT coalesce(CAST(http_status AS VARCHAR), error_type,
+                                             CASE WHEN finish_reason = 'timeout' THEN 'timeout' END,
+                                             'no HTTP response'), ', ')
                  FILTER (WHERE {READINESS_ERROR}) AS error_kinds
         FROM r GROUP BY i ORDER BY i""")
     by_index = {row["i"]: row for row in per_start}
