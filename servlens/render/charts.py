@@ -214,6 +214,7 @@ def _draw(axes, chart: dict, relative_clock: bool, legend_below: bool = False) -
         series_list = series_list[:MAX_SERIES]
 
     drawn = 0
+    all_y_min = [math.inf]
     bar_count = sum(1 for s in series_list) if kind == "bar" else 0
     all_x: list[float] = []
     for index, series in enumerate(series_list):
@@ -250,6 +251,7 @@ def _draw(axes, chart: dict, relative_clock: bool, legend_below: bool = False) -
             axes.plot(xs, ys, color=colour, label=label, marker="o" if len(xs) <= 24 else None, markersize=3)
         if not isinstance(xs[0], str):
             all_x.extend((xs[0], xs[-1]))
+        all_y_min[0] = min(all_y_min[0], min(ys))
         drawn += 1
 
     span_colour: dict[str, str] = {}
@@ -283,6 +285,9 @@ def _draw(axes, chart: dict, relative_clock: bool, legend_below: bool = False) -
 
     if kind == "cdf":
         axes.set_ylim(0, 1.02)
+    elif not chart.get("y_log") and drawn and axes.get_ylim()[0] > 0 and all_y_min[0] >= 0:
+        # Counts, rates and latencies read against zero; an axis starting at 3.4 exaggerates a wobble.
+        axes.set_ylim(bottom=0)
     if chart.get("x_log") and kind != "bar" and _positive(axes, "x"):
         axes.set_xscale("log")
         _plain_log_ticks(axes.xaxis, axes.get_xlim())

@@ -151,7 +151,7 @@ def format_number(value: Any, digits: int = 4) -> str:
         return str(value)
     if number == 0:
         return "0"
-    if abs(number) >= 10 ** digits:
+    if number.is_integer() and abs(number) >= 1000 or abs(number) >= 10 ** digits:
         return f"{number:,.0f}"
     text = f"{number:.{digits}g}"
     if "e" in text:
