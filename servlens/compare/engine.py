@@ -611,14 +611,13 @@ def _mix_shift(mix: co.RateCounts, policy: Policy, results: list[dict]) -> dict:
     adjusted = []
     for r in results:
         if r.get("naive") and r.get("change") is not None:
-            row = {"gate": r["name"], "cohort": r["cohort"]}
-            if r["kind"] == "latency":
-                row.update(naive_ratio=r["naive"]["ratio"], adjusted_ratio=r["ratio"],
-                           naive_before=r["naive"]["before"], naive_after=r["naive"]["after"],
-                           adjusted_before=r["before"], adjusted_after=r["after"])
-            else:
-                row.update(naive_diff=r["naive"]["diff"], adjusted_diff=r["diff"])
-            adjusted.append(row)
+            # one shape for latencies and rates: change = ratio − 1 (latency) or after − before (rate)
+            naive_change = r["naive"]["ratio"] - 1 if r["kind"] == "latency" else r["naive"]["diff"]
+            adjusted.append({"gate": r["name"], "kind": r["kind"], "unit": r["unit"],
+                             "naive_before": r["naive"]["before"], "naive_after": r["naive"]["after"],
+                             "naive_change": _r(naive_change),
+                             "adjusted_before": r["before"], "adjusted_after": r["after"],
+                             "adjusted_change": r["change"]})
     summary = None
     if significant:
         top = order[0]

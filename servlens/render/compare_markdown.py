@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servlens.render.compare_text import EXIT_OF, fmt_change, fmt_value, short_cohort
+from servlens.render.compare_text import EXIT_OF, fmt_change, fmt_delta, fmt_value, short_cohort
 
 BADGE = {"pass": "✅ pass", "fail": "❌ fail", "inconclusive": "⚠️ inconclusive"}
 
@@ -44,12 +44,8 @@ def render_compare_markdown(doc: dict) -> str:
         lines += ["", f"**Mix shift.** {_cell(mix['summary'])}.", "",
                   "| gate | naive change | mix-adjusted change |", "|---|---:|---:|"]
         for row in mix.get("naive_vs_adjusted", []):
-            if "naive_ratio" in row:
-                naive = f"{(row['naive_ratio'] - 1) * 100:+.1f}%"
-                adjusted = f"{(row['adjusted_ratio'] - 1) * 100:+.1f}%"
-            else:
-                naive, adjusted = f"{row['naive_diff'] * 100:+.2f} pp", f"{row['adjusted_diff'] * 100:+.2f} pp"
-            lines.append(f"| {_cell(row['gate'])} | {naive.replace('-', '−')} | {adjusted.replace('-', '−')} |")
+            lines.append(f"| {_cell(row['gate'])} | {fmt_delta(row['naive_change'], row['kind'])} | "
+                         f"{fmt_delta(row['adjusted_change'], row['kind'])} |")
     if doc.get("improvements"):
         lines += ["", "**Improvements**", ""] + [f"- {_cell(i['summary'])}" for i in doc["improvements"]]
     if gates:

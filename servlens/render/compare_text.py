@@ -34,6 +34,11 @@ def fmt_change(gate: dict) -> str:
     return text.replace("-", "−")
 
 
+def fmt_delta(change: float, kind: str) -> str:
+    text = f"{change * 100:+.1f}%" if kind == "latency" else f"{change * 100:+.2f} pp"
+    return text.replace("-", "−")
+
+
 def short_cohort(gate: dict) -> str:
     if gate.get("per_cohort"):
         return gate.get("cohort") or "each cohort"
@@ -85,12 +90,8 @@ def render_compare_text(doc: dict) -> str:
         out += ["", "Mix shift: " + mix["summary"] + "."]
         rows = []
         for row in mix.get("naive_vs_adjusted", []):
-            if "naive_ratio" in row:
-                rows.append([row["gate"], f"{(row['naive_ratio'] - 1) * 100:+.1f}%".replace("-", "−"),
-                             f"{(row['adjusted_ratio'] - 1) * 100:+.1f}%".replace("-", "−")])
-            else:
-                rows.append([row["gate"], f"{row['naive_diff'] * 100:+.2f} pp".replace("-", "−"),
-                             f"{row['adjusted_diff'] * 100:+.2f} pp".replace("-", "−")])
+            rows.append([row["gate"], fmt_delta(row["naive_change"], row["kind"]),
+                         fmt_delta(row["adjusted_change"], row["kind"])])
         if rows:
             out.extend("  " + line for line in _table(["gate", "naive change", "mix-adjusted change"], rows))
     if doc.get("improvements"):
