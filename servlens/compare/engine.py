@@ -326,7 +326,8 @@ def _quantile_chart(r, cb, ca, w, values, human) -> dict:
     before = values[stats.mixture_quantile_index(cb, w, qs)]
     after = values[stats.mixture_quantile_index(ca, w, qs)]
     adjusted = "" if len(w) == 1 else " (mix-adjusted)"
-    return {"type": "line", "title": f"{human} quantiles, before vs after{adjusted} — {r['cohort']}",
+    where = f" — {r['cohort']}" if r["per_cohort"] else ""
+    return {"type": "line", "title": f"{human} quantiles, before vs after{adjusted}{where}",
             "x_label": "percentile", "y_label": f"{human} (s)", "x_time": False, "x_log": False, "y_log": True,
             "series": [{"name": "before", "x": levels, "y": [_r(v) for v in before]},
                        {"name": f"after{adjusted}", "x": levels, "y": [_r(v) for v in after]}],
