@@ -564,16 +564,16 @@ class _ReportBuilder:
             "sources": self.records_table(_group_scrapes(sources), replace(limits, table_rows=max(limits.table_rows, 10))),
             "source_files": len(sources),
             "bad_lines": sum(int(s.get("bad_lines") or 0) for s in sources),
-            "runs": coverage.get("runs") or [],
+            "runs": _clip_list(coverage.get("runs"), limits),
             "requests": coverage.get("requests"),
             "start": span.get("start"),
             "end": span.get("end"),
             "duration_s": (end - start).total_seconds() if start and end else None,
             "relative_clock": bool(span.get("relative_clock")),
-            "models": [str(m) for m in coverage.get("models") or []],
+            "models": _clip_list(coverage.get("models"), limits),
             "columns_present": columns_present,
             "columns_absent": columns_absent,
-            "metrics_present": [str(m) for m in coverage.get("metrics_present") or []],
+            "metrics_present": _clip_list(coverage.get("metrics_present"), limits, 4),
             "extra": self.blocks(extra, limits, [0]) if extra else [],
         }
 
@@ -600,8 +600,8 @@ class _ReportBuilder:
                 for e in examples[: limits.examples]
             ],
             "examples_total": len(examples),
-            "remediation": finding.get("remediation"),
-            "rollback": finding.get("rollback"),
+            "remediation": _clip(finding.get("remediation"), limits.cell_chars * 20),
+            "rollback": _clip(finding.get("rollback"), limits.cell_chars * 20),
             "references": [reference(r) for r in (finding.get("references") or []) if isinstance(r, str)][:10],
         }
 
@@ -631,7 +631,8 @@ class _ReportBuilder:
         rollback = [
             {"verdict": gate.get("verdict"), "critical": bool(gate.get("critical")),
              "name": str(gate.get("name") or f"{metric_name(gate.get('metric'))} {gate.get('statistic') or ''}"),
-             "text": gate.get("rollback_criterion"), "rule": gate.get("rule")}
+             "text": _clip(gate.get("rollback_criterion"), limits.cell_chars * 10),
+             "rule": _clip(gate.get("rule"), limits.cell_chars * 10)}
             for _, gate in ordered
             if gate.get("rollback_criterion") or gate.get("rule")
         ][: limits.gate_rows]
@@ -644,7 +645,7 @@ class _ReportBuilder:
             "title": "Release gate: " + " → ".join(_side_label(side, name)
                                                    for name, side in (("before", before), ("after", after))),
             "verdict": str(doc.get("verdict") or "inconclusive"),
-            "reason": doc.get("reason"),
+            "reason": _clip(doc.get("reason"), limits.cell_chars * 20),
             "before": before,
             "after": after,
             "sides": self._sides(before, after, limits),
@@ -750,7 +751,7 @@ class _ReportBuilder:
             "verdict": str(gate.get("verdict") or "inconclusive"),
             "n_before": gate.get("n_before"),
             "n_after": gate.get("n_after"),
-            "note": note,
+            "note": _clip(note, limits.cell_chars * 3),
         }
 
 
@@ -773,6 +774,21 @@ def _flatten_record(record: dict) -> dict:
         else:
             flat[key] = value
     return flat
+
+
+def _clip(text: Any, limit: int) -> Any:
+    """Free text cut to `limit` characters (a log can put megabytes into a message); None stays None."""
+    if text is None:
+        return None
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _clip_list(values: Any, limits: Limits, factor: int = 1) -> list[str]:
+    """A list of names for one line of the coverage header, with a count of what did not fit."""
+    items = [format_cell(v, 120) for v in (values or [])]
+    keep = limits.list_items * factor
+    return items if len(items) <= keep else items[:keep] + [f"… and {len(items) - keep:,} more"]
 
 
 def _group_scrapes(sources: list[dict]) -> list[dict]:
@@ -890,11 +906,11 @@ def _finding_head(finding: dict) -> dict:
     return {
         "rule": format_cell(finding.get("rule"), 40),
         "name": format_cell(finding.get("name"), 80),
-        "title": finding.get("title") or finding.get("name") or finding.get("rule"),
+        "title": _clip(finding.get("title") or finding.get("name") or finding.get("rule"), 300),
         "severity": str(finding.get("severity") or "info"),
         "state": str(finding.get("state") or ""),
         "scope": _scope_text(finding.get("scope")) or "all traffic",
-        "summary": finding.get("summary"),
-        "reason": finding.get("reason"),
+        "summary": _clip(finding.get("summary"), 6000),
+        "reason": _clip(finding.get("reason"), 3000),
         "requires": finding.get("requires") or finding.get("needs"),
     }

@@ -315,3 +315,16 @@ def test_nothing_fired_but_not_evaluable_is_not_clean(analyze_doc):
     analyze_doc["findings"] = [f for f in analyze_doc["findings"] if f["state"] == "not_evaluable"]
     page = render_html(analyze_doc)
     assert 'data-verdict="not_evaluable"' in page and "Nothing could be evaluated" in page
+
+
+def test_size_stays_bounded_on_huge_free_text_and_name_lists(analyze_doc, compare_doc):
+    finding = analyze_doc["findings"][0]
+    finding["summary"] = finding["remediation"] = finding["rollback"] = "x" * 3_000_000
+    analyze_doc["coverage"]["models"] = [f"model-{i}" for i in range(200_000)]
+    analyze_doc["coverage"]["metrics_present"] = [f"vllm:metric_{i}" for i in range(50_000)]
+    page = render_html(analyze_doc)
+    assert len(page.encode()) <= MAX_REPORT_BYTES
+    assert "… and 199,940 more" in page
+    compare_doc["reason"] = "y" * 3_000_000
+    compare_doc["gates"][0]["rollback_criterion"] = "z" * 3_000_000
+    assert len(render_html(compare_doc).encode()) <= MAX_REPORT_BYTES
