@@ -212,3 +212,17 @@ def test_a_trace_without_latencies_or_outcomes_is_not_evaluable_for_all_four():
     doc = _analyze(SHARED_DATA / "traces" / "mooncake_fast25_synthetic_trace.jsonl")
     states = {f["rule"]: f["state"] for f in doc["findings"]}
     assert states == {rule: "not_evaluable" for rule in MINE}
+
+
+def test_gateway_day_sample_has_its_120_s_timeouts_found_per_deployment():
+    """sample_logs/gateway-day (synthetic LiteLLM payloads; its README lists 120 s timeouts and context-window 400s)."""
+    doc = _analyze(Path(__file__).parents[2] / "sample_logs" / "gateway-day")
+    timeouts = [f for f in doc["findings"] if f["rule"] == "SL011"]
+    assert len(timeouts) == 8 and all(f["state"] == "fired" for f in timeouts)
+    assert all(120.0 <= f["evidence"]["metrics"]["limit_s"] < 121.0 for f in timeouts)
+    assert all(f["evidence"]["metrics"]["over_limit"] == 0 for f in timeouts)
+    # LiteLLM payloads carry no queue time: the split does not pretend the wait was zero.
+    assert all(f["evidence"]["metrics"].get("queue_share") is None for f in timeouts)
+    assert all("queue unknown" in f["summary"] or "split_of" not in f["evidence"]["metrics"] for f in timeouts)
+    overflow = [f for f in doc["findings"] if f["rule"] == "SL012"]
+    assert all(f["state"] == "fired" and "ContextWindowExceededError" in f["summary"] for f in overflow)

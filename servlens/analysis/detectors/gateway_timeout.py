@@ -27,10 +27,15 @@ FAILED = ("coalesce(status IN ('error', 'timeout') OR finish_reason IN ('error',
           "OR http_status IN (408, 499, 504, 524), false)")
 
 
+def num(value: float) -> str:
+    """A float as a DOUBLE literal: a bare 120.01546740531921 is a DECIMAL in SQL and overflows when multiplied."""
+    return f"CAST({float(value)!r} AS DOUBLE)"
+
+
 def detect(ctx: DetectorContext) -> dict:
     p = ctx.params
     base = ctx.one(f"""SELECT count(*) AS n, count(*) FILTER (WHERE {FAILED}) AS failed,
-                              count(*) FILTER (WHERE {FAILED} AND e2e_s >= {p['min_limit_s']}) AS failed_slow,
+                              count(*) FILTER (WHERE {FAILED} AND e2e_s >= {num(p['min_limit_s'])}) AS failed_slow,
                               max(e2e_s) FILTER (WHERE {FAILED}) AS failed_max, min(e2e_s) FILTER (WHERE {FAILED}) AS failed_min
                        FROM scope_requests WHERE e2e_s IS NOT NULL""")
     if base["n"] < p["min_requests"]:
@@ -47,15 +52,15 @@ def detect(ctx: DetectorContext) -> dict:
                            f"{secs(p['min_limit_s'])} or more."}
     band = p["band"]
     spike = ctx.one(f"""
-        WITH f AS (SELECT e2e_s FROM scope_requests WHERE {FAILED} AND e2e_s >= {p['min_limit_s']})
-        SELECT a.e2e_s AS top, count(*) AS n FROM f a JOIN f b ON b.e2e_s <= a.e2e_s AND b.e2e_s >= a.e2e_s * (1 - {band})
+        WITH f AS (SELECT e2e_s FROM scope_requests WHERE {FAILED} AND e2e_s >= {num(p['min_limit_s'])})
+        SELECT a.e2e_s AS top, count(*) AS n FROM f a JOIN f b ON b.e2e_s <= a.e2e_s AND b.e2e_s >= a.e2e_s * {num(1 - band)}
         GROUP BY a.e2e_s ORDER BY n DESC, top DESC LIMIT 1""")
     limit = spike["top"]
     lo = limit * (1 - band)
-    in_band = f"e2e_s BETWEEN {lo} AND {limit}"
+    in_band = f"e2e_s BETWEEN {num(lo)} AND {num(limit)}"
     at_limit = f"{FAILED} AND {in_band}"
     s = ctx.one(f"""SELECT count(*) FILTER (WHERE {in_band}) AS reached, count(*) FILTER (WHERE {at_limit}) AS at_limit,
-                           count(*) FILTER (WHERE e2e_s > {limit} * (1 + {band})) AS over_limit,
+                           count(*) FILTER (WHERE e2e_s > {num(limit * (1 + band))}) AS over_limit,
                            count(*) FILTER (WHERE NOT ({FAILED})) AS ok,
                            {q('e2e_s', 0.99)} FILTER (WHERE NOT ({FAILED})) AS ok_e2e_p99,
                            max(e2e_s) FILTER (WHERE NOT ({FAILED})) AS ok_e2e_max
@@ -92,6 +97,8 @@ def detect(ctx: DetectorContext) -> dict:
              f"{pct(failed_share)} of the requests that reached it failed"]
     if split.get("split_requests"):
         shares = (f"queue {pct(split['queue_share'])}, first token {pct(split['first_token_share'])}, "
+                  f"generation {pct(split['generation_share'])}" if split["queue_share"] is not None else
+                  f"first token (queue unknown, included) {pct(split['first_token_share'])}, "
                   f"generation {pct(split['generation_share'])}")
         parts.append(f"their time went to {shares}" if split["split_of"] == "failed at the limit" else
                      f"the failed ones carry no times; the {split['split_requests']} requests that {split['split_of']} "
@@ -99,8 +106,9 @@ def detect(ctx: DetectorContext) -> dict:
     if split.get("no_first_token"):
         parts.append(f"{split['no_first_token']} never got a first token")
     if fit.get("never_fit") is not None:
-        parts.append(f"{fit['never_fit']} of {fit['with_max_tokens']} requests could never fit it (queue + max_tokens at "
-                     f"the typical {secs(fit['tpot_p50_s'])} per token)")
+        parts.append(f"{fit['never_fit']} of {fit['with_max_tokens']} requests could never fit it ("
+                     + ("queue + " if ctx.has("queue_s") else "")
+                     + f"typical first token + max_tokens at the typical {secs(fit['tpot_p50_s'])} per token)")
     summary = f"Timeouts at a fixed limit of about {secs(limit)}: " + "; ".join(parts) + "."
     share = s["at_limit"] / base["n"]
     metrics["timeout_share"] = rounded(share)
@@ -129,7 +137,8 @@ def _split(ctx: DetectorContext, where: str) -> dict | None:
                       FROM scope_requests WHERE {where} AND {FIRST} IS NOT NULL AND {GENERATION} IS NOT NULL""")
     if not row["n"] or not row["e2e_sum"]:
         return None
-    return {"n": row["n"], "queue_share": row["queue_sum"] / row["e2e_sum"],
+    # Without queue_s the wait is unknown, not zero: it stays inside the first-token share.
+    return {"n": row["n"], "queue_share": row["queue_sum"] / row["e2e_sum"] if ctx.has("queue_s") else None,
             "first_token_share": row["first_sum"] / row["e2e_sum"],
             "generation_share": row["gen_sum"] / row["e2e_sum"], "queue_p50_s": row["queue_p50"]}
 
@@ -142,12 +151,12 @@ def _time_split(ctx: DetectorContext, at_limit: str, limit: float) -> dict:
         out["no_first_token"] = ctx.one(f"SELECT count(*) AS n FROM scope_requests WHERE {at_limit} AND ttft_s IS NULL")["n"]
     split, of = _split(ctx, at_limit), "failed at the limit"
     if split is None:
-        split, of = _split(ctx, f"NOT ({FAILED}) AND e2e_s >= {limit / 2}"), f"finished in {secs(limit / 2)} or more"
+        split, of = _split(ctx, f"NOT ({FAILED}) AND e2e_s >= {num(limit / 2)}"), f"finished in {secs(limit / 2)} or more"
     if split is None:
         return out
     return out | {"split_of": of, "split_requests": split["n"], "queue_share": rounded(split["queue_share"]),
                   "first_token_share": rounded(split["first_token_share"]),
-                  "generation_share": rounded(split["generation_share"]), "queue_p50_s": rounded(split["queue_p50_s"])}
+                  "generation_share": rounded(split["generation_share"]), "queue_p50_s": rounded(split["queue_p50_s"]) if ctx.has("queue_s") else None}
 
 
 def _never_fit(ctx: DetectorContext, limit: float) -> dict:
@@ -162,9 +171,10 @@ def _never_fit(ctx: DetectorContext, limit: float) -> dict:
     tpot = typical["tpot"] or typical["per_token"]
     if not tpot:
         return {"never_fit": None}
+    ttft, per_token, line = num(typical["ttft"] or 0), num(tpot), num(limit)
     row = ctx.one(f"""SELECT count(*) AS n,
-                             count(*) FILTER (WHERE {queue} + {typical['ttft'] or 0} + max_tokens * {tpot} > {limit}) AS never,
-                             count(*) FILTER (WHERE {typical['ttft'] or 0} + max_tokens * {tpot} > {limit}) AS never_even_unqueued
+                             count(*) FILTER (WHERE {queue} + {ttft} + max_tokens * {per_token} > {line}) AS never,
+                             count(*) FILTER (WHERE {ttft} + max_tokens * {per_token} > {line}) AS never_even_unqueued
                       FROM scope_requests WHERE max_tokens IS NOT NULL""")
     return {"with_max_tokens": row["n"], "never_fit": row["never"], "never_fit_without_queue": row["never_even_unqueued"],
             "tpot_p50_s": rounded(tpot), "max_tokens_that_fit": int(max(0.0, limit - (typical["ttft"] or 0)) / tpot)}
@@ -187,7 +197,7 @@ def _histogram(ctx: DetectorContext, limit: float) -> dict:
     top = ctx.one("SELECT max(e2e_s) AS m FROM scope_requests")["m"] or limit
     hi = max(limit * 1.1, top) if top <= limit * 3 else limit * 1.5
     width = hi / 40
-    rows = ctx.rows(f"""SELECT least(CAST(floor(e2e_s / {width}) AS INTEGER), 39) AS b,
+    rows = ctx.rows(f"""SELECT least(CAST(floor(e2e_s / {num(width)}) AS INTEGER), 39) AS b,
                                count(*) FILTER (WHERE NOT ({FAILED})) AS ok, count(*) FILTER (WHERE {FAILED}) AS failed
                         FROM scope_requests WHERE e2e_s IS NOT NULL GROUP BY 1 ORDER BY 1""")
     x = [rounded((r["b"] + 0.5) * width, 3) for r in rows]
