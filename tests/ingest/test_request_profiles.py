@@ -514,3 +514,20 @@ def test_lines_too_long_or_not_utf8_are_bad_lines_not_a_failed_file(con, tmp_pat
     assert con.execute("SELECT line, byte_length, reason FROM ingest_errors ORDER BY line").fetchall() == [
         (2, None, "line longer than 8 MiB"), (3, 41, "not UTF-8 text")]
     assert [r[0] for r in con.execute("SELECT source_line FROM requests ORDER BY 1").fetchall()] == [1, 4]
+
+
+def test_line_numbers_hold_across_buffers_and_threads(con, tmp_path):
+    # ~40 MB: many reader buffers, read by several threads; every row must point back at its own line
+    lines = (REAL / "llamacpp" / "requests.jsonl").read_text().splitlines()
+    path = tmp_path / "big.jsonl"
+    with open(path, "w") as handle:
+        for copy in range(60):
+            for number, line in enumerate(lines):
+                record = json.loads(line)
+                record["req_idx"] = copy * 1000 + number
+                handle.write(json.dumps(record) + "\n")
+    con.execute("SET threads = 4")
+    report = ingest_inputs(con, [str(path)], run="big")
+    assert report.sources[0]["rows"] == 60 * len(lines)
+    assert one(con, f"""SELECT count(*) FROM requests WHERE (attrs->>'$.req_idx')::INT
+        <> ((source_line - 1) // {len(lines)}) * 1000 + (source_line - 1) % {len(lines)}""") == (0,)
