@@ -73,11 +73,18 @@ def detect(ctx: DetectorContext) -> dict:
                           FROM requests WHERE run = {sql_literal(run)}""")
     ctx.con.execute(_attempts_sql(run))
     multi = ctx.one("SELECT count(DISTINCT trace_id) AS n FROM sl005_attempts WHERE tries > 1")["n"]
-    if not markers["marked"] and not markers["attempts"] and not multi:
-        return not_evaluable(
-            "every trace_id has one attempt and the run has no attempt numbers or fallback_from, so fallbacks cannot "
-            "be seen (LiteLLM's OpenTelemetry spans give each attempt its own trace)",
-            "Fallbacks are invisible in these sources.")
+    if not markers["marked"] and not multi:
+        # No trace with a second attempt and no fallback_from: fine when nothing failed (fallbacks follow failures),
+        # unknown when attempts failed, since some sources give each attempt its own trace.
+        failures = ctx.one(f"SELECT count(*) AS n FROM requests WHERE run = {sql_literal(run)} AND {FAILED}")["n"]
+        if failures:
+            return not_evaluable(
+                f"{failures} attempt(s) failed in this run, but every trace_id has one attempt and no fallback_from is "
+                "set, so whether they fell back cannot be seen (LiteLLM's OpenTelemetry spans give each attempt its "
+                "own trace)", "Fallbacks are invisible in these sources.")
+        return {"state": "clear", "summary": "No fallback contract problem: no attempt failed in this run, so nothing "
+                                             "fell back.",
+                "evidence": {"metrics": {"failed_attempts_in_run": 0, "traces": markers["traces"]}}}
     me = _in_scope(ctx)
     inbound = ctx.one(f"""
         SELECT count(*) AS fallbacks, count(CASE WHEN {KNOWN_OUTCOME} THEN 1 END) AS known,
