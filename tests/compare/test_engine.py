@@ -254,3 +254,20 @@ def test_a_non_critical_metric_missing_on_one_side_is_inconclusive_too(con):
     assert doc["verdict"] == "inconclusive"
     assert doc["reason"] == ("A gated metric is missing on one side: hold: TPOT p50 cannot be judged: TPOT is not "
                              "measured in the after run (no successful request has tpot_s).")
+
+
+def test_many_per_cohort_gates_can_still_fail(con):
+    """60 cohort gates: Holm's first level is below 1/(resamples+1); a 50% slowdown still fails the large cohorts,
+    and the Holm-adjusted p-values agree with the intervals (they resolve beyond the bootstrap's 1/1001)."""
+    policy = Policy(gates=(Gate("ttft", "p50", 0.10, critical=True, per_cohort=True),), bootstrap_resamples=1000)
+    for i in range(12):
+        add_run(con, "before", 2000, 100 + i, model=f"model-{i:02d}")
+        add_run(con, "after", 2000, 200 + i, model=f"model-{i:02d}", ttft_scale=1.5)
+    doc = compare_runs(con, "before", "after", policy, seed=1)
+    m = len(doc["gates"])
+    assert m >= 50
+    assert 0.05 / m < 1 / 1001
+    failed = [g for g in doc["gates"] if g["verdict"] == "fail"]
+    assert len(failed) >= 24                     # every model's large cohorts
+    assert all(g["p_value_holm"] <= 0.05 for g in failed)
+    assert doc["verdict"] == "fail"

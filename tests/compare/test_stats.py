@@ -81,8 +81,15 @@ def _dense(rng, n, shift):
 
 
 def test_bootstrap_p_value():
-    assert stats.bootstrap_p_value(np.array([0.1] * 99 + [-0.1])) == pytest.approx(2 * 2 / 101)
+    rng = np.random.default_rng(0)
+    samples = rng.normal(0.0, 1.0, 2000)
+    far = min(np.count_nonzero(samples <= 0), np.count_nonzero(samples >= 0))
+    assert stats.bootstrap_p_value(samples) == pytest.approx(2 * (far + 1) / 2001)
     assert stats.bootstrap_p_value(np.zeros(10)) == 1.0
+    # beyond the resolution of 2,000 resamples: the normal approximation, far below 1/2001
+    far_away = rng.normal(0.5, 0.05, 2000)
+    assert stats.bootstrap_p_value(far_away) == pytest.approx(2 * 7.6e-24, rel=0.5)
+    assert stats.bootstrap_p_value(far_away) < 0.05 / 1000
 
 
 def test_wilson_clopper_pearson_and_newcombe_textbook_values():
