@@ -421,7 +421,7 @@ class _ReportBuilder:
                 title = None
                 value = {k: v for k, v in value.items() if k not in ("before", "after")}
             # A null in a generic section is an absent note (no explanation, no summary), not a measurement.
-            scalars = [(humanize(k), format_keyed(k, v, limits.cell_chars)) for k, v in value.items()
+            scalars = [(humanize(k), format_keyed(k, v, limits.cell_chars * 4)) for k, v in value.items()
                        if is_scalar(v) and v is not None]
             lists = {k: v for k, v in value.items() if isinstance(v, list) and v and all(is_scalar(x) for x in v)}
             # Short values (model names, band labels) read as one line; sentences (skipped files and why) as a list.
