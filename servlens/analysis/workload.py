@@ -88,11 +88,10 @@ def run_profile(con: duckdb.DuckDBPyConnection, run: str) -> dict:
                                count(completion_tokens) AS with_output, count(ttft_s) AS with_ttft,
                                count(tpot_s) AS with_tpot, count(e2e_s) AS with_e2e, count(t_done) AS with_end,
                                count(prefix_key) AS with_prefix_key,
-                               count(CASE WHEN status = 'error' THEN 1 END) AS errors,
-                               -- a status with no error field behind it (traces) says nothing about failures
-                               count(CASE WHEN http_status IS NOT NULL OR error_type IS NOT NULL
-                                            OR finish_reason IS NOT NULL OR error_message IS NOT NULL
-                                          THEN status END) AS with_status
+                               count(CASE WHEN status = 'error' THEN 1 END) AS errors, count(status) AS with_status,
+                               -- a status with no error field anywhere in the run (traces) says nothing about failures
+                               count(http_status) + count(error_type) + count(finish_reason) + count(error_message)
+                                 AS error_fields
                         FROM workload_requests""")
     profile: dict[str, Any] = {"run": run, "requests": base["n"], "relative_clock": relative}
     if not base["n"]:
@@ -104,7 +103,8 @@ def run_profile(con: duckdb.DuckDBPyConnection, run: str) -> dict:
     profile |= {
         "start": iso(base["t0"]), "end": iso(base["t1"]), "span_s": rounded(span, 3),
         "mean_rate_rps": rounded(base["n"] / span, 4) if span > 0 else None,
-        "error_share": rounded(base["errors"] / base["with_status"], 4) if base["with_status"] else None,
+        "error_share": rounded(base["errors"] / base["with_status"], 4) if base["with_status"] and base["error_fields"]
+        else None,
     }
     width = bucket_width(span)
     rate = _rate(con, base["t0"], span, width) if base["timed"] else None

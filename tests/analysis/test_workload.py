@@ -1,0 +1,163 @@
+"""The workload profile (servlens/analysis/workload.py): on the public traces with no latencies, on real engine runs,
+and on planted rows whose answers are known; and its place in the analyze document and the text/Markdown output."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from datetime import datetime, timedelta
+
+import pytest
+
+from servlens.analysis.inputs import ingest_paths
+from servlens.analysis.rules import load_rules
+from servlens.analysis.runner import analyze
+from servlens.analysis.workload import MAX_BUCKETS, bucket_width, workload_profile
+from servlens.render.analyze_markdown import render_analyze_markdown
+from servlens.render.analyze_text import render_analyze_text
+from servlens.store.schema import open_store
+from tests.conftest import SHARED_DATA
+
+TRACES = SHARED_DATA / "traces"
+
+
+@pytest.fixture(scope="module")
+def traces():
+    con = open_store(None)
+    ingest_paths(con, [str(TRACES)])
+    yield con
+    con.close()
+
+
+def test_mooncake_block_reuse_matches_the_raw_hash_ids(traces):
+    profile = workload_profile(traces, ["mooncake_fast25_synthetic_trace"])["runs"]["mooncake_fast25_synthetic_trace"]
+    # Recompute from the raw file: a block is reusable when an earlier request (by timestamp) already had its hash.
+    with open(TRACES / "mooncake_fast25_synthetic_trace.jsonl") as handle:
+        rows = sorted((json.loads(line) for line in handle), key=lambda r: r["timestamp"])
+    seen, total, reused = set(), 0, 0
+    for row in rows:
+        total += len(row["hash_ids"])
+        reused += sum(1 for h in row["hash_ids"] if h in seen)
+        seen.update(row["hash_ids"])
+    sharing = profile["prefix_sharing"]
+    assert sharing["prompt_blocks"] == total
+    assert sharing["reusable_block_share"] == pytest.approx(reused / total, abs=1e-4)
+    assert 0.63 < sharing["reusable_block_share"] < 0.65          # the "about 64%" the data README states
+    assert profile["requests"] == len(rows) == 3993
+    assert profile["relative_clock"] is True
+    # No latencies and no end times: said, not zero.
+    assert "no latencies" in profile["latency"]["note"]
+    assert "concurrency from the requests is unknown" in profile["concurrency"]["note"]
+    assert profile["error_share"] is None                          # no error field in a Mooncake trace
+
+
+def test_azure_peak_window_counts_the_raw_rows(traces):
+    run = "azure_llm_2023_conv_first5000"
+    profile = workload_profile(traces, [run])["runs"][run]
+    peak = profile["rate"]["peak_window"]
+    start = datetime.fromisoformat(peak["start"].rstrip("Z"))
+    end = datetime.fromisoformat(peak["end"].rstrip("Z"))
+    with open(TRACES / "azure_llm_2023_conv_first5000.csv") as handle:
+        times = [datetime.fromisoformat(r["TIMESTAMP"][:26]) for r in csv.DictReader(handle)]
+    assert peak["requests"] == sum(1 for t in times if start <= t < end)
+    # A quarter of the 17-minute span, on 30 s buckets: 270 s.
+    assert (peak["length_s"], profile["rate"]["bucket_s"]) == (270.0, 30.0)
+    chart = profile["rate"]["chart"]
+    assert sum(y * 30.0 for y in chart["series"][0]["y"]) == pytest.approx(5000)
+    assert chart["vspans"][0]["x0"] == peak["start"]
+    lengths = profile["lengths"]["per_model"]
+    assert lengths["rows"][0][:3] == ["(no model)", 5000, 5000]
+    assert profile["context_budget"]["note"].startswith("no engine context settings")
+
+
+def test_long_trace_is_bounded(traces):
+    run = "burstgpt_v1_first400rows"
+    profile = workload_profile(traces, [run])["runs"][run]
+    points = len(profile["rate"]["chart"]["series"][0]["x"])
+    assert points <= MAX_BUCKETS + 1
+    assert profile["rate"]["bucket_s"] == 300.0                     # 10.4 hours in 5-minute buckets
+    models = {row[0] for row in profile["lengths"]["per_model"]["rows"]}
+    assert models == {"ChatGPT", "GPT-4"}
+    assert profile["error_share"] == pytest.approx(17 / 400)        # all-zero token rows are failures
+    assert len(json.dumps(profile)) < 60_000
+
+
+def test_bucket_width_steps():
+    assert bucket_width(20) == 1.0
+    assert bucket_width(3600) == 60.0
+    assert bucket_width(24 * 3600) == 600.0
+    assert math.ceil(7 * 86400 / bucket_width(7 * 86400)) <= MAX_BUCKETS
+
+
+def _planted(rows: list[tuple]) -> object:
+    con = open_store(None)
+    for request_id, arrival, end, model, prompt, output, ttft, attrs in rows:
+        con.execute(
+            """INSERT INTO requests (run, request_id, t_arrival, t_end, e2e_s, model, prompt_tokens, completion_tokens,
+                                     ttft_s, max_tokens, status, http_status, attrs)
+               VALUES ('p', ?, ?, ?, ?, ?, ?, ?, ?, 100, 'ok', 200, ?)""",
+            [request_id, arrival, end, (end - arrival).total_seconds() if end else None, model, prompt, output, ttft,
+             attrs])
+    return con
+
+
+def test_concurrency_sweep_and_context_budget_on_planted_rows():
+    t0 = datetime(2026, 11, 28, 10, 0, 0)
+    s = timedelta(seconds=1)
+    attrs = json.dumps({"n_ctx": 8192, "parallel": 4})
+    con = _planted([
+        ("a", t0, t0 + 10 * s, "m", 1000, 50, 0.2, attrs),
+        ("b", t0 + 1 * s, t0 + 5 * s, "m", 2000, 60, 0.3, attrs),
+        ("c", t0 + 2 * s, t0 + 3 * s, "m", 3000, 70, 0.4, attrs),   # 3 in flight at t0+2
+        ("d", t0 + 5 * s, t0 + 6 * s, "m", 1900, 80, 0.5, attrs),   # starts as b ends: 2 in flight, not 3
+        ("e", t0 + 20 * s, t0 + 21 * s, "n", 100, 10, None, attrs),
+    ])
+    try:
+        profile = workload_profile(con, ["p"])["runs"]["p"]
+    finally:
+        con.close()
+    conc = profile["concurrency"]
+    assert conc["in_flight_max"] == 3
+    assert conc["source"] == "request arrival..end overlap"
+    budget = profile["context_budget"]
+    assert (budget["n_ctx"], budget["parallel"], budget["context_per_sequence"]) == (8192, 4, 2048)
+    assert budget["requests_with_prompt_over_budget"] == 1                      # c: 3000 > 2048
+    assert budget["requests_whose_prompt_plus_max_tokens_exceed_budget"] == 2   # b: 2000 + 100, c
+    lengths = {row[0]: row for row in profile["lengths"]["per_model"]["rows"]}
+    assert lengths["m"][1:4] == [4, 4, 1950.0]                     # requests, with prompt tokens, p50 of 4 prompts
+    latency = {row[0]: row for row in profile["latency"]["per_model"]["rows"]}
+    assert latency["m"][1] == 4 and latency["m"][2] == pytest.approx(0.35)
+    assert latency["n"][1] == 0 and latency["n"][2] is None         # unknown TTFT stays unknown
+    assert profile["prefix_sharing"]["note"].startswith("no prefix keys and no block hashes")
+
+
+def test_llamacpp_poisson_context_per_slot_and_gauges(shared_data):
+    con = open_store(None)
+    try:
+        ingest_paths(con, [str(shared_data / "real-engine" / "llamacpp")])
+        profile = workload_profile(con, ["poisson"])["runs"]["poisson"]
+    finally:
+        con.close()
+    budget = profile["context_budget"]
+    # --ctx-size 8192 --parallel 4: the exceed_context_size_error responses name 2048 per slot.
+    assert budget["context_per_sequence"] == 2048
+    assert budget["requests_with_prompt_over_budget"] == 4
+    gauges = profile["concurrency"]["engine_gauges"]
+    assert gauges["running_gauge"] == "llamacpp:requests_processing"
+    assert gauges["waiting_gauge"] == "llamacpp:requests_deferred"
+    assert profile["latency"]["per_window"]["title"].startswith("TTFT per window")
+
+
+def test_analyze_document_and_renderings_carry_the_workload(traces):
+    doc = analyze(traces, [r for r in load_rules() if r.id == "SL004"])
+    assert set(doc["workload"]["runs"]) == {"azure_llm_2023_conv_first5000", "burstgpt_v1_first400rows",
+                                            "mooncake_fast25_synthetic_trace"}
+    json.dumps(doc)   # plain JSON, no datetimes or decimals
+    mooncake = next(line for line in doc["workload"]["summary"] if line.startswith("mooncake"))
+    assert "64% of prompt blocks reusable" in mooncake and "no latencies" in mooncake
+    assert "from +00:07:00" in mooncake                             # relative clock shown as an offset
+    text = render_analyze_text(doc)
+    assert "\nWORKLOAD\n" in text and "64% of prompt blocks reusable" in text
+    markdown = render_analyze_markdown(doc)
+    assert "### Workload" in markdown and "64% of prompt blocks reusable" in markdown
