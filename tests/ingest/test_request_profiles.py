@@ -531,3 +531,13 @@ def test_line_numbers_hold_across_buffers_and_threads(con, tmp_path):
     assert report.sources[0]["rows"] == 60 * len(lines)
     assert one(con, f"""SELECT count(*) FROM requests WHERE (attrs->>'$.req_idx')::INT
         <> ((source_line - 1) // {len(lines)}) * 1000 + (source_line - 1) % {len(lines)}""") == (0,)
+
+
+def test_compressed_csv_and_json_documents(con, tmp_path):
+    traces = Path(__file__).resolve().parents[1] / "data" / "shared" / "traces"
+    (tmp_path / "azure_conv.csv.gz").write_bytes(gzip.compress((traces / "azure_llm_2023_conv_first5000.csv").read_bytes()))
+    bench = next((REAL / "vllm-bench" / "random").glob("*.json"))
+    (tmp_path / "bench.json.zst").write_bytes(zstandard.ZstdCompressor().compress(bench.read_bytes()))
+    report = ingest_inputs(con, [str(tmp_path / "azure_conv.csv.gz"), str(tmp_path / "bench.json.zst")])
+    assert [(s["format"], s["run"], s["rows"]) for s in report.sources] == [
+        ("azure-llm-trace", "azure_conv", 5000), ("vllm-bench", "bench", 80)]
