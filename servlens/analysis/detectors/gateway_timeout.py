@@ -71,7 +71,7 @@ def detect(ctx: DetectorContext) -> dict:
                 "reached_limit": s["reached"], "failed_share_at_limit": rounded(failed_share),
                 "over_limit": s["over_limit"], "over_limit_share": rounded(over_share),
                 "ok_e2e_p99_s": rounded(s["ok_e2e_p99"]), "ok_e2e_max_s": rounded(s["ok_e2e_max"])}
-    the_chart = _histogram(ctx, limit)
+    the_chart = _histogram(ctx, limit, band)
     evidence = {"metrics": metrics, "thresholds": thresholds, "chart": the_chart}
     is_limit = (s["at_limit"] >= p["min_cluster_requests"] and failed_share >= p["min_failed_share"]
                 and over_share <= p["max_over_limit_share"])
@@ -192,16 +192,15 @@ def _per_cap(ctx: DetectorContext, limit: float, at_limit: str) -> dict | None:
                  [[r["max_tokens"], r["n"], r["at_limit"], r["ok_p99"]] for r in rows])
 
 
-def _histogram(ctx: DetectorContext, limit: float) -> dict:
-    """e2e distribution of finished and failed requests, 40 bins up to a little past the limit."""
-    top = ctx.one("SELECT max(e2e_s) AS m FROM scope_requests")["m"] or limit
-    hi = max(limit * 1.1, top) if top <= limit * 3 else limit * 1.5
-    width = hi / 40
-    rows = ctx.rows(f"""SELECT least(CAST(floor(e2e_s / {num(width)}) AS INTEGER), 39) AS b,
+def _histogram(ctx: DetectorContext, limit: float, band: float) -> dict:
+    """e2e of finished and failed requests in 40 bins, the limit on the edge of bin 36 (bins close on the right, so a
+    request that ran exactly to the limit sits below it); anything past 40/36 of the limit goes to the last bin."""
+    width = limit / 36
+    rows = ctx.rows(f"""SELECT least(greatest(CAST(ceil(e2e_s / {num(width)} - 1e-9) AS INTEGER) - 1, 0), 39) AS b,
                                count(*) FILTER (WHERE NOT ({FAILED})) AS ok, count(*) FILTER (WHERE {FAILED}) AS failed
                         FROM scope_requests WHERE e2e_s IS NOT NULL GROUP BY 1 ORDER BY 1""")
     x = [rounded((r["b"] + 0.5) * width, 3) for r in rows]
     return chart("bar", "End-to-end time of finished and failed requests", "e2e (s)", "requests", [
         {"name": "finished", "x": x, "y": [r["ok"] for r in rows]},
         {"name": "failed", "x": x, "y": [r["failed"] for r in rows]},
-    ], vspans=[{"x0": rounded(limit * 0.95, 3), "x1": rounded(limit, 3), "label": f"limit ~{secs(limit)}"}])
+    ], vspans=[{"x0": rounded(limit * (1 - band), 3), "x1": rounded(limit, 3), "label": f"limit ~{secs(limit)}"}])
