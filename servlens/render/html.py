@@ -657,7 +657,7 @@ class _ReportBuilder:
             "gate_charts": gate_charts,
             "gate_charts_hidden": hidden_charts,
             "rollback": rollback,
-            "improvements": self.blocks(doc.get("improvements"), limits, budget) if doc.get("improvements") else [],
+            "improvements": self._improvements(doc.get("improvements"), limits, budget),
             "cohorts": self.blocks(cohorts, limits, budget) if cohorts else [],
             "cohorts_total": len(cohorts) if isinstance(cohorts, list) else None,
             "policy": self.blocks(doc.get("policy"), limits, budget) if doc.get("policy") else [],
@@ -681,6 +681,17 @@ class _ReportBuilder:
             rows.append((humanize(key), _side_value(key, before.get(key), limits),
                          _side_value(key, after.get(key), limits)))
         return rows
+
+    def _improvements(self, improvements: Any, limits: Limits, budget: list[int]) -> list:
+        """Clear improvements: their sentences when compare wrote them, else whatever shape they have."""
+        if not improvements:
+            return []
+        if isinstance(improvements, list) and all(isinstance(i, dict) and i.get("summary") for i in improvements):
+            items = [format_cell(f"{i['gate']}: {i['summary']}" if i.get("gate") and not str(i["summary"]).startswith(
+                str(i["gate"])) else i["summary"], limits.cell_chars * 3) for i in improvements]
+            return [{"kind": "list", "title": None, "items": items[: limits.list_items],
+                     "hidden": max(0, len(items) - limits.list_items)}]
+        return self.blocks(improvements, limits, budget)
 
     def _gate_cohorts(self, gate: dict, limits: Limits) -> dict | None:
         """A gate's per-cohort results (the diagnostics behind a mix-adjusted headline) as a table."""

@@ -156,7 +156,8 @@ def make_compare_doc() -> dict:
              "verdict": "inconclusive", "rollback_criterion": "Error rate: not enough evidence yet.", "chart": None,
              "reason": f"errors like 'context length exceeded {SCRIPT}{BREAKOUT}' are too few to judge"},
         ],
-        "improvements": [],
+        "improvements": [{"gate": "TPOT p50", "cohort": None, "change": -0.12,
+                          "summary": "TPOT p50 fell 12.0% (31 ms → 27.3 ms) [95% CI −15.1% to −8.8%]"}],
         "cohorts": [{"model": HOSTILE_MODEL, "prompt_band": "1k-2k", "n_before": 800, "n_after": 820}],
     }
 

@@ -136,6 +136,7 @@ def test_compare_report_leads_with_the_verdict_and_lists_every_gate(compare_doc)
         assert expected in text, expected
     assert "Roll back: TTFT p99 rose 25% [95% CI 14%–37%], above the 10% tolerance" in text
     assert page.count("<svg") == 1
+    assert "TPOT p50 fell 12.0% (31 ms → 27.3 ms) [95% CI −15.1% to −8.8%]" in text
     # The per-cohort results behind the mix-adjusted TTFT gate, under its chart.
     details = page[page.index('id="gate-charts"'):]
     assert "qwen3-8b&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; / 1k–2k prompt tokens" in details
