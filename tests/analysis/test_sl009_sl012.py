@@ -72,6 +72,22 @@ def test_vllm_burst_waits_on_max_num_seqs_not_on_the_kv_cache(vllm_cpu):
     assert len(f["evidence"]["chart"]["series"][0]["x"]) == m["scrapes"]
 
 
+def test_the_firing_path_on_real_vllm_scrapes_matches_queue_times_to_the_waiting_gauge(vllm_cpu):
+    """The cache never filled on this CPU run, so the KV line is lowered under the run's peak (2%) to drive the firing
+    path through real scrapes: the requests whose queue_s spans the peak scrape are the ones vLLM counted waiting."""
+    doc = _analyze(REAL / "vllm-cpu", runs=["burst50"], overrides={"SL009": {"kv_high": 0.015, "min_pressure_scrapes": 1}})
+    f = _finding(doc, "SL009", "burst50")
+    m = f["evidence"]["metrics"]
+    assert f["state"] == "fired" and m["pressure_scrapes"] == 1 and m["preemptions"] == 0
+    (scrape, kv, waiting, _capacity, running, _pre), = f["evidence"]["table"]["rows"]
+    assert kv == m["kv_usage_max"] and running == 4
+    # Per-request queue times (vLLM's own queue_time_ms) against the gauge scraped at that instant: within one request.
+    assert abs(m["requests_waiting_during_pressure"] - waiting) <= 1
+    assert m["queue_p50_during_pressure_s"] > m["queue_p50_others_s"]
+    assert f"{m['requests_waiting_during_pressure']} requests were in the queue during it" in f["summary"]
+    assert len(f["examples"]) == 5
+
+
 def test_llamacpp_has_no_kv_gauge_so_kv_pressure_is_not_evaluable(llamacpp):
     f = _finding(llamacpp, "SL009", "burst50")
     assert f["state"] == "not_evaluable"

@@ -10,8 +10,8 @@ work is thrown away and recomputed), or when KV usage sat at or above `kv_high` 
 scrapes while requests waited. Requests waiting while KV stayed low are waiting on the concurrency cap
 (max-num-seqs, --parallel), not on the cache: the rule says so and stays clear (that queueing is SL004's).
 
-With per-request queue times the finding adds how long the requests that arrived during the pressure waited,
-against the rest (the SL004-style queueing it coincides with; the two rules stay independent).
+With per-request queue times the finding adds how long the requests that were in the queue during the pressure
+waited, against the others (the SL004-style queueing it coincides with; the two rules stay independent).
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ def detect(ctx: DetectorContext) -> dict:
         return not_evaluable("no KV usage gauge and no preemption counter in the scrapes",
                              "KV cache pressure cannot be seen without the engine's KV metrics.")
     if not preempted and not full_and_waiting:
-        return {"state": "clear", "evidence": evidence, "summary": _clear_summary(s, kv_name, kv_high, preemptions)}
+        return {"state": "clear", "evidence": evidence, "summary": _clear_summary(s, kv_name, kv_high, preemptions,
+                                                                                   p["min_pressure_scrapes"])}
 
     findings = []
     if preempted:
@@ -107,9 +108,10 @@ def detect(ctx: DetectorContext) -> dict:
     metrics["pressure_end"] = iso(s["last_pressure"])
     coincide = _queueing_during(ctx, s)
     metrics |= coincide
-    if coincide.get("queued_requests_during_pressure"):
-        findings.append(f"requests arriving during it waited p50 {secs(coincide['queue_p50_during_pressure_s'])} against "
-                        f"{secs(coincide['queue_p50_outside_s'])} otherwise (the queueing SL004 looks at)")
+    if coincide.get("requests_waiting_during_pressure"):
+        findings.append(f"{coincide['requests_waiting_during_pressure']} requests were in the queue during it, waiting p50 "
+                        f"{secs(coincide['queue_p50_during_pressure_s'])} against {secs(coincide['queue_p50_others_s'])} "
+                        "for the others (the queueing SL004 looks at)")
     summary = "KV cache pressure: " + "; ".join(findings) + "."
     rows = ctx.rows(f"""SELECT ts, kv, waiting, waiting_capacity, running, preempted FROM sl009_scrapes
                         WHERE kv >= {kv_high} OR preempted > 0 OR retracted > 0 ORDER BY ts LIMIT 30""")
@@ -118,7 +120,7 @@ def detect(ctx: DetectorContext) -> dict:
                                for r in rows])
     evidence["windows"] = [{"start": iso(s["first_pressure"]), "end": iso(s["last_pressure"])}]
     result = {"state": "fired", "summary": summary, "evidence": evidence, "examples": []}
-    if coincide.get("queued_requests_during_pressure"):
+    if coincide.get("requests_waiting_during_pressure"):
         result["examples"] = ctx.examples(_during(s), "queue_s DESC")
     if (preemptions or 0) >= p["critical_preemptions"]:
         result["severity"] = "critical"
@@ -126,12 +128,15 @@ def detect(ctx: DetectorContext) -> dict:
 
 
 def _during(s: dict) -> str:
-    return (f"queue_s IS NOT NULL AND t_at BETWEEN TIMESTAMP '{s['first_pressure'].isoformat(sep=' ')}' "
-            f"AND TIMESTAMP '{s['last_pressure'].isoformat(sep=' ')}'")
+    """Requests in the queue at some point of the pressure: arrived before its end and still waiting at its start
+    (a burst that arrived earlier and waited through it counts; arrival time alone would miss it)."""
+    start, end = s["first_pressure"].isoformat(sep=" "), s["last_pressure"].isoformat(sep=" ")
+    return (f"queue_s IS NOT NULL AND t_at <= TIMESTAMP '{end}' "
+            f"AND date_diff('microsecond', t_at, TIMESTAMP '{start}') / 1e6 <= queue_s")
 
 
 def _queueing_during(ctx: DetectorContext, s: dict) -> dict:
-    """Queue time of the requests that arrived between the first and the last scrape that saw pressure."""
+    """Queue time of the requests that were waiting during the pressure, against the others'."""
     if not ctx.has("queue_s") or s["first_pressure"] is None:
         return {}
     during = _during(s)
@@ -139,23 +144,29 @@ def _queueing_during(ctx: DetectorContext, s: dict) -> dict:
                              {q('queue_s', 0.5)} FILTER (WHERE {during}) AS in_p50,
                              {q('queue_s', 0.5)} FILTER (WHERE queue_s IS NOT NULL AND NOT ({during})) AS out_p50
                       FROM scope_requests""")
-    return {"queued_requests_during_pressure": row["n_in"], "queue_p50_during_pressure_s": rounded(row["in_p50"]),
-            "queue_p50_outside_s": rounded(row["out_p50"])}
+    return {"requests_waiting_during_pressure": row["n_in"], "queue_p50_during_pressure_s": rounded(row["in_p50"]),
+            "queue_p50_others_s": rounded(row["out_p50"])}
 
 
-def _clear_summary(s: dict, kv_name: str | None, kv_high: float, preemptions: float | None) -> str:
+def _clear_summary(s: dict, kv_name: str | None, kv_high: float, preemptions: float | None, min_scrapes: int) -> str:
     kv_text = f"{kv_name} peaked at {pct(s['kv_max'])}" if kv_name and s["kv_max"] is not None else "no KV usage gauge"
     pre_text = "no preemptions" if preemptions == 0 else ("no preemption counter" if preemptions is None else
                                                           f"{preemptions:g} preemptions (below min_preemptions)")
+    parts = []
     if s["low_kv_waiting_scrapes"]:
-        return (f"No KV cache pressure: requests waited (up to {s['waiting_max'] or s['waiting_capacity_max']:g}) in "
-                f"{s['low_kv_waiting_scrapes']} scrapes while {kv_text} (under {pct(kv_high)}) with {pre_text}"
-                + (f" and up to {s['running_max']:g} running" if s["running_max"] is not None else "")
-                + ": they waited on the concurrency cap (max-num-seqs / --parallel), not on the cache (see SL004).")
-    if s["pressure_scrapes"]:
-        return (f"No KV cache pressure that hurt: {kv_text} (at or above {pct(kv_high)} in {s['pressure_scrapes']} scrapes) "
-                f"but no request waited then and {pre_text}; the cache is full, not yet limiting.")
-    return f"No KV cache pressure: {kv_text} over {s['scrapes']} scrapes, {pre_text}, no capacity wait."
+        parts.append(f"requests waited (up to {s['waiting_max'] or s['waiting_capacity_max']:g}) in "
+                     f"{s['low_kv_waiting_scrapes']} scrape(s) while KV usage was under {pct(kv_high)}"
+                     + (f" and up to {s['running_max']:g} ran" if s["running_max"] is not None else "")
+                     + ": they waited on the concurrency cap (max-num-seqs / --parallel), not on the cache (see SL004)")
+    if s["pressure_waiting_scrapes"]:
+        parts.append(f"KV usage at or above {pct(kv_high)} with requests waiting in only {s['pressure_waiting_scrapes']} "
+                     f"scrape(s) (min_pressure_scrapes {min_scrapes})")
+    elif s["pressure_scrapes"]:
+        parts.append(f"KV usage at or above {pct(kv_high)} in {s['pressure_scrapes']} scrape(s) but no request waited then "
+                     "and nothing was preempted: the cache is full, not yet limiting")
+    if not parts:
+        parts.append("no request waited for capacity")
+    return f"No KV cache pressure: {kv_text} over {s['scrapes']} scrapes, {pre_text}; " + "; ".join(parts) + "."
 
 
 def _chart(ctx: DetectorContext, s: dict, kv_high: float, kv_name: str | None) -> dict:
