@@ -242,3 +242,25 @@ def test_gateway_day_sample_has_its_120_s_timeouts_found_per_deployment():
     assert all("queue unknown" in f["summary"] or "split_of" not in f["evidence"]["metrics"] for f in timeouts)
     overflow = [f for f in doc["findings"] if f["rule"] == "SL012"]
     assert all(f["state"] == "fired" and "ContextWindowExceededError" in f["summary"] for f in overflow)
+
+
+@pytest.mark.parametrize(("message", "limit", "prompt"), [
+    ("request (2329 tokens) exceeds the available context size (2048 tokens), try increasing it", 2048, 2329),
+    ("This model's maximum context length is 2048 tokens. However, your prompt contains at least 2049 input tokens, "
+     "which exceeds this limit even without any output tokens.", 2048, 2049),
+    ("This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.", 8192, 9000),
+    ("The input (5000 tokens) is longer than the model's context length (4096 tokens).", 4096, 5000),
+    ("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` tokens and "
+     "200 `max_new_tokens`", 4096, 4000),
+    ("prompt is too long: 201234 tokens > 200000 maximum", 200000, 201234),
+    ("litellm.AuthenticationError: AuthenticationError: OpenAIException - Invalid API Key", None, None),
+])
+def test_context_error_messages_of_each_engine_name_the_limit_and_the_prompt(message, limit, prompt):
+    import duckdb
+
+    from servlens.analysis.detectors.context_overflow import CONTEXT_ERROR, LIMIT_FROM_MESSAGE, PROMPT_FROM_MESSAGE
+
+    con = duckdb.connect()
+    row = con.execute(f"""SELECT coalesce({CONTEXT_ERROR}, false), {LIMIT_FROM_MESSAGE}, {PROMPT_FROM_MESSAGE}
+                          FROM (SELECT ? AS error_message, CAST(NULL AS VARCHAR) AS error_type)""", [message]).fetchone()
+    assert row == (limit is not None, limit, prompt)

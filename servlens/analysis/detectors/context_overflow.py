@@ -28,15 +28,27 @@ CONTEXT_ERROR = """(error_type IN ('exceed_context_size_error', 'ContextWindowEx
   OR lower(error_message) LIKE '%context window%exceed%'
   OR lower(error_message) LIKE '%contextwindowexceeded%'
   OR lower(error_message) LIKE '%prompt is too long%'
-  OR lower(error_message) LIKE '%input is too long%')"""
+  OR lower(error_message) LIKE '%input is too long%'
+  OR lower(error_message) LIKE '%longer than the model''s context length%'
+  OR lower(error_message) LIKE '%tokens + `max_new_tokens` must be <=%')"""
 # The limit a context error names, when context_window does not carry it.
+# llama.cpp: "request (2329 tokens) exceeds the available context size (2048 tokens)"; vLLM / OpenAI: "maximum context
+# length is 2048 tokens. However, your prompt contains at least 2049 input tokens" / "your messages resulted in N
+# tokens"; SGLang: "The input (N tokens) is longer than the model's context length (M tokens)"; TGI: "`inputs` tokens +
+# `max_new_tokens` must be <= M. Given: N `inputs` tokens"; Anthropic: "prompt is too long: N tokens > M maximum".
 LIMIT_FROM_MESSAGE = """coalesce(
   TRY_CAST(regexp_extract(error_message, 'available context size \\((\\d+) tokens\\)', 1) AS BIGINT),
-  TRY_CAST(regexp_extract(error_message, 'maximum context length is (\\d+) tokens', 1) AS BIGINT))"""
+  TRY_CAST(regexp_extract(error_message, 'maximum context length is (\\d+) tokens', 1) AS BIGINT),
+  TRY_CAST(regexp_extract(error_message, 'context length \\((\\d+) tokens\\)', 1) AS BIGINT),
+  TRY_CAST(regexp_extract(error_message, 'must be <= (\\d+)', 1) AS BIGINT),
+  TRY_CAST(regexp_extract(error_message, 'tokens > (\\d+) maximum', 1) AS BIGINT))"""
 PROMPT_FROM_MESSAGE = """coalesce(
   TRY_CAST(regexp_extract(error_message, 'request \\((\\d+) tokens\\)', 1) AS BIGINT),
   TRY_CAST(regexp_extract(error_message, 'prompt contains at least (\\d+) input tokens', 1) AS BIGINT),
-  TRY_CAST(regexp_extract(error_message, 'resulted in (\\d+) tokens', 1) AS BIGINT))"""
+  TRY_CAST(regexp_extract(error_message, 'resulted in (\\d+) tokens', 1) AS BIGINT),
+  TRY_CAST(regexp_extract(error_message, 'input \\((\\d+) tokens\\)', 1) AS BIGINT),
+  TRY_CAST(regexp_extract(error_message, 'Given: (\\d+) `inputs` tokens', 1) AS BIGINT),
+  TRY_CAST(regexp_extract(error_message, 'too long: (\\d+) tokens', 1) AS BIGINT))"""
 SLOT_GAUGES = ("llamacpp:requests_processing", "llamacpp:n_busy_slots_per_decode")
 
 
