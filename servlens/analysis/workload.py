@@ -28,6 +28,7 @@ MAX_BUCKETS = 240
 # Readable bucket widths beyond the analysis windows' 1 min: long traces (a day) still get at most MAX_BUCKETS points.
 WIDE_STEPS_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 MAX_MODELS = 8
+MAX_HISTOGRAM_MODELS = 4
 MAX_PREFIX_GROUPS = 10
 # Log2 length bands (upper bounds): the same bands compare uses, so the two read alike.
 BAND_EDGES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -96,7 +97,10 @@ def run_profile(con: duckdb.DuckDBPyConnection, run: str) -> dict:
     profile: dict[str, Any] = {"run": run, "requests": base["n"], "relative_clock": relative}
     if not base["n"]:
         profile["note"] = "no request logs in this run (metrics only): the workload is described by the engine gauges"
-        profile["concurrency"] = _gauge_concurrency(con, run, None)
+        gauges = _gauge_concurrency(con, run, None)
+        series = gauges.pop("series", [])
+        profile["concurrency"] = gauges | ({"chart": chart("step", "Running and waiting requests (engine gauges)",
+                                                           "time", "requests", series, x_time=True)} if series else {})
         profile["summary"] = f"{run}: no request logs (metrics only)."
         return profile
     span = (base["t1"] - base["t0"]).total_seconds() if base["t0"] is not None else 0.0
@@ -196,19 +200,25 @@ def _lengths(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
     columns = ["model", "requests", "with prompt tokens", "prompt p50", "prompt p90", "prompt p99", "prompt max",
                "with output tokens", "output p50", "output p90", "output p99", "output max"]
     out: dict[str, Any] = {"per_model": table(columns, [list(r.values()) for r in stats])}
-    for column, title, key in (("prompt_tokens", "Prompt length per model", "prompt_histogram"),
-                               ("completion_tokens", "Output length per model", "output_histogram")):
-        hist = _rows(con, f"""
-            SELECT coalesce(model, '(no model)') AS model, {_band_sql(column)} AS band, count(*) AS n
-            FROM workload_requests WHERE {column} IS NOT NULL AND {where} GROUP BY 1, 2 ORDER BY 1, 2""")
-        if not hist:
-            continue
+    # One chart for both (the same log2 bands), the busiest MAX_HISTOGRAM_MODELS models: the page has a chart budget.
+    shown = _model_filter(models[:MAX_HISTOGRAM_MODELS])
+    hist = _rows(con, f"""
+        SELECT kind, coalesce(model, '(no model)') AS model, band, count(*) AS n FROM (
+            SELECT 'prompt' AS kind, model, {_band_sql('prompt_tokens')} AS band FROM workload_requests
+            WHERE prompt_tokens IS NOT NULL AND {shown}
+            UNION ALL
+            SELECT 'output', model, {_band_sql('completion_tokens')} FROM workload_requests
+            WHERE completion_tokens IS NOT NULL AND {shown})
+        GROUP BY 1, 2, 3 ORDER BY 1 DESC, 2, 3""")
+    if hist:
         bands = sorted({row["band"] for row in hist})
         series = []
-        for model in dict.fromkeys(row["model"] for row in hist):
-            counts = {row["band"]: row["n"] for row in hist if row["model"] == model}
-            series.append({"name": model, "x": [band_label(b) for b in bands], "y": [counts.get(b, 0) for b in bands]})
-        out[key] = chart("bar", title, f"{column.replace('_', ' ')} (log2 band, upper edge)", "requests", series)
+        for kind, model in dict.fromkeys((row["kind"], row["model"]) for row in hist):
+            counts = {row["band"]: row["n"] for row in hist if row["kind"] == kind and row["model"] == model}
+            name = kind if model == "(no model)" and len({r["model"] for r in hist}) == 1 else f"{kind} ({model})"
+            series.append({"name": name, "x": [band_label(b) for b in bands], "y": [counts.get(b, 0) for b in bands]})
+        out["histogram"] = chart("bar", "Prompt and output length", "tokens (log2 band, upper edge)", "requests",
+                                 series)
     return out
 
 
@@ -221,7 +231,7 @@ def _sharing(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
             SELECT sum(n) AS keyed, count(*) AS keys, sum(CASE WHEN n >= 2 THEN n ELSE 0 END) AS in_shared_groups,
                    sum(n - 1) AS repeats, count(CASE WHEN n >= 2 THEN 1 END) AS shared_groups FROM g""")
         out |= {"requests_with_prefix_key": s["keyed"], "distinct_prefixes": s["keys"],
-                "shared_prefix_groups": s["shared_groups"],
+                "repeated_prefix_groups": s["shared_groups"],
                 "share_in_shared_groups": rounded(s["in_shared_groups"] / s["keyed"], 4),
                 "repeat_share": rounded(s["repeats"] / s["keyed"], 4)}
         groups = _rows(con, f"""
@@ -259,37 +269,35 @@ def _sharing(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
 def _concurrency(con: duckdb.DuckDBPyConnection, run: str, base: dict, span: float, width: float) -> dict:
     """In-flight requests from arrival..end overlap (an event sweep in SQL), and the engine's gauges when scraped."""
     out: dict[str, Any] = {}
+    series = []
     if base["with_end"] and base["timed"]:
         t0 = _one(con, "SELECT min(t_at) AS t0 FROM workload_requests")["t0"]
         # +1 at arrival, -1 at end: the running sum after each event is the number in flight. At equal times ends
         # come first, so back-to-back requests do not count as overlapping.
-        stats = _rows(con, f"""
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE workload_inflight AS
             WITH ev AS (
                 SELECT t_at AS t, 1 AS d FROM workload_requests WHERE t_at IS NOT NULL AND t_done IS NOT NULL
                 UNION ALL
-                SELECT greatest(t_done, t_at), -1 FROM workload_requests WHERE t_at IS NOT NULL AND t_done IS NOT NULL),
-                 run AS (SELECT t, d, sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS inflight FROM ev)
-            SELECT CAST(floor({_offset(t0, 't')} / {width}) AS INTEGER) AS b, max(inflight) AS peak,
-                   {q('inflight', 0.5)} FILTER (WHERE d = 1) AS at_arrival_p50
-            FROM run GROUP BY 1 ORDER BY 1""")
-        overall = _one(con, f"""
-            WITH ev AS (
-                SELECT t_at AS t, 1 AS d FROM workload_requests WHERE t_at IS NOT NULL AND t_done IS NOT NULL
-                UNION ALL
-                SELECT greatest(t_done, t_at), -1 FROM workload_requests WHERE t_at IS NOT NULL AND t_done IS NOT NULL),
-                 run AS (SELECT t, d, sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS inflight FROM ev)
-            SELECT max(inflight) AS peak, {q('inflight', 0.5)} AS p50, {q('inflight', 0.99)} AS p99
-            FROM run WHERE d = 1""")
+                SELECT greatest(t_done, t_at), -1 FROM workload_requests WHERE t_at IS NOT NULL AND t_done IS NOT NULL)
+            SELECT t, d, sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS inflight FROM ev""")
+        stats = _rows(con, f"""SELECT CAST(floor({_offset(t0, 't')} / {width}) AS INTEGER) AS b, max(inflight) AS peak
+                                FROM workload_inflight GROUP BY 1 ORDER BY 1""")
+        overall = _one(con, f"""SELECT max(inflight) AS peak, {q('inflight', 0.5)} AS p50, {q('inflight', 0.99)} AS p99
+                                 FROM workload_inflight WHERE d = 1""")
+        con.execute("DROP TABLE workload_inflight")
         out |= {"source": "request arrival..end overlap", "in_flight_max": overall["peak"],
                 "in_flight_at_arrival_p50": rounded(overall["p50"]), "in_flight_at_arrival_p99": rounded(overall["p99"])}
-        out["chart"] = chart("step", "Requests in flight (max per bucket)", "time", "requests in flight",
-                             [{"name": "in flight (max)", "x": [iso(t0 + timedelta(seconds=r["b"] * width)) for r in stats],
-                               "y": [r["peak"] for r in stats]}], x_time=True)
+        series.append({"name": "in flight, from the logs (max)",
+                       "x": [iso(t0 + timedelta(seconds=r["b"] * width)) for r in stats], "y": [r["peak"] for r in stats]})
     else:
         out["note"] = "no end times or e2e latencies: concurrency from the requests is unknown"
     gauges = _gauge_concurrency(con, run, width)
-    if gauges:
-        out["engine_gauges"] = gauges
+    series += gauges.pop("series", [])
+    out |= gauges
+    if series:
+        out["chart"] = chart("step", "Requests in flight" + (" and engine gauges" if gauges else ""), "time", "requests",
+                             series, x_time=True)
     return out
 
 
@@ -316,12 +324,11 @@ def _gauge_concurrency(con: duckdb.DuckDBPyConnection, run: str, width: float | 
                 SELECT ts, sum(value) AS v FROM metric_samples
                 WHERE run = {_literal(run)} AND name = {_literal(name)} AND series = 'value' GROUP BY ts)
             GROUP BY 1 ORDER BY 1""")
-        found[f"{label}_gauge"] = name
-        found[f"{label}_max"] = max((r["v"] for r in rows), default=None)
+        found[f"engine_{label}_gauge"] = name
+        found[f"engine_{label}_max"] = max((r["v"] for r in rows), default=None)
         series.append({"name": f"{name} (max)", "x": [iso(t0 + timedelta(seconds=r["b"] * width)) for r in rows],
                        "y": [rounded(r["v"]) for r in rows]})
-    found["chart"] = chart("step", "Running and waiting requests (engine gauges)", "time", "requests", series,
-                           x_time=True)
+    found["series"] = series
     return found
 
 

@@ -143,9 +143,11 @@ def test_llamacpp_poisson_context_per_slot_and_gauges(shared_data):
     # --ctx-size 8192 --parallel 4: the exceed_context_size_error responses name 2048 per slot.
     assert budget["context_per_sequence"] == 2048
     assert budget["requests_with_prompt_over_budget"] == 4
-    gauges = profile["concurrency"]["engine_gauges"]
-    assert gauges["running_gauge"] == "llamacpp:requests_processing"
-    assert gauges["waiting_gauge"] == "llamacpp:requests_deferred"
+    conc = profile["concurrency"]
+    assert conc["engine_running_gauge"] == "llamacpp:requests_processing"
+    assert conc["engine_waiting_gauge"] == "llamacpp:requests_deferred"
+    assert [s["name"] for s in conc["chart"]["series"]] == [
+        "in flight, from the logs (max)", "llamacpp:requests_processing (max)", "llamacpp:requests_deferred (max)"]
     assert profile["latency"]["per_window"]["title"].startswith("TTFT per window")
 
 
