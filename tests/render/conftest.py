@@ -209,3 +209,121 @@ def open_in_chromium(browser: str, page: Path, profile: Path, screenshot: Path |
                           env=environment)
     problems = [line for line in done.stderr.splitlines() if _PROBLEM.search(line)]
     return done.stdout, problems
+
+
+def devtools_load(browser: str, page: Path, profile: Path, timeout: float = 60.0) -> dict:
+    """Load `page` in headless Chromium driven over the DevTools protocol (--remote-debugging-pipe, no extra
+    packages) and report what a user's browser would do with it:
+
+    - requests: every URL the page asked for, other than the page itself and data: URLs;
+    - failed: requests that failed or were blocked (Network.loadingFailed, with the reason);
+    - log: browser log entries (CSP violations, errors) and console messages;
+    - exceptions: uncaught script exceptions;
+    - dom: the verdict and the number of SVG elements and drawn paths in the live DOM after load.
+    """
+    import json as json_module
+    import select
+    import time
+
+    to_browser_r, to_browser_w = os.pipe()
+    from_browser_r, from_browser_w = os.pipe()
+    flags = [f for f in CHROMIUM_FLAGS if not f.startswith(("--enable-logging", "--v="))]
+    command = " ".join([browser, *flags, f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"])
+    # The pipe protocol reads commands on fd 3 and writes replies on fd 4; the shell maps our pipe ends there.
+    # bash, not sh: dash cannot name descriptors above 9 in a redirection.
+    process = subprocess.Popen(["bash", "-c", f"exec {command} 3<&{to_browser_r} 4>&{from_browser_w}"],
+                               pass_fds=(to_browser_r, from_browser_w), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=dict(os.environ, HOME=str(profile)))
+    os.close(to_browser_r)
+    os.close(from_browser_w)
+    buffer = b""
+    events: list[dict] = []
+    counter = [0]
+    deadline = time.monotonic() + timeout
+
+    def read_message() -> dict | None:
+        nonlocal buffer
+        while b"\0" not in buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("Chromium did not answer over the DevTools pipe")
+            ready, _, _ = select.select([from_browser_r], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(from_browser_r, 65536)
+            if not chunk:
+                return None
+            buffer += chunk
+        message, buffer = buffer.split(b"\0", 1)
+        return json_module.loads(message)
+
+    def call(method: str, params: dict | None = None, session: str | None = None) -> dict:
+        counter[0] += 1
+        request = {"id": counter[0], "method": method, "params": params or {}}
+        if session:
+            request["sessionId"] = session
+        os.write(to_browser_w, json_module.dumps(request).encode() + b"\0")
+        while True:
+            message = read_message()
+            if message is None:
+                raise RuntimeError("Chromium closed the DevTools pipe")
+            if message.get("id") == counter[0]:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message.get("result", {})
+            events.append(message)
+
+    try:
+        target = call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Network", "Log", "Runtime", "Page"):
+            call(f"{domain}.enable", session=session)
+        call("Page.navigate", {"url": page.resolve().as_uri()}, session=session)
+        while not any(e.get("method") == "Page.loadEventFired" for e in events):
+            message = read_message()
+            if message is None:
+                break
+            events.append(message)
+        settle = time.monotonic() + 0.5  # late CSP reports and console messages
+        while time.monotonic() < settle:
+            ready, _, _ = select.select([from_browser_r], [], [], max(0.0, settle - time.monotonic()))
+            if ready:
+                message = read_message()
+                if message is None:
+                    break
+                events.append(message)
+        probe = ("JSON.stringify({verdict: (document.querySelector('[data-verdict]') || {dataset: {}}).dataset.verdict,"
+                 " svg: document.querySelectorAll('svg').length, paths: document.querySelectorAll('svg path').length,"
+                 " title: document.title})")
+        dom = json_module.loads(call("Runtime.evaluate", {"expression": probe, "returnByValue": True},
+                                     session=session)["result"]["value"])
+        try:
+            call("Browser.close")
+        except RuntimeError:
+            pass
+    finally:
+        os.close(to_browser_w)
+        os.close(from_browser_r)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    own = page.resolve().as_uri()
+    report: dict = {"requests": [], "failed": [], "log": [], "exceptions": [], "dom": dom}
+    for event in events:
+        method, params = event.get("method"), event.get("params", {})
+        if method == "Network.requestWillBeSent":
+            url = params.get("request", {}).get("url", "")
+            if url != own and not url.startswith("data:"):
+                report["requests"].append(url)
+        elif method == "Network.loadingFailed":
+            report["failed"].append(f"{params.get('errorText')} {params.get('blockedReason') or ''}".strip())
+        elif method == "Log.entryAdded":
+            entry = params.get("entry", {})
+            report["log"].append(f"{entry.get('level')} {entry.get('source')}: {entry.get('text')}")
+        elif method == "Runtime.consoleAPICalled":
+            report["log"].append(f"console.{params.get('type')}: {params.get('args')}")
+        elif method == "Runtime.exceptionThrown":
+            report["exceptions"].append(str(params.get("exceptionDetails", {}).get("text")))
+    return report

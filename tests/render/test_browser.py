@@ -82,3 +82,29 @@ def test_report_prints_to_pdf(chromium, tmp_path, analyze_doc):
     assert data.startswith(b"%PDF")
     pages = len(re.findall(rb"/Type\s*/Page\b", data))
     assert 2 <= pages <= 8, pages
+
+
+def test_devtools_sees_no_request_no_log_entry_and_the_rendered_charts(chromium, tmp_path, analyze_doc, compare_doc):
+    """Over the DevTools protocol: every request the page makes, every log entry (CSP violations included) and
+    the live DOM after load."""
+    from conftest import devtools_load
+
+    for name, doc, verdict, charts in (("incident", analyze_doc, "critical", 2), ("gate", compare_doc, "fail", 1)):
+        page = _write(tmp_path, f"{name}.html", render_html(doc))
+        seen = devtools_load(chromium, page, tmp_path / f"profile-{name}")
+        assert seen["requests"] == [] and seen["failed"] == [], name
+        assert seen["log"] == [] and seen["exceptions"] == [], name
+        assert seen["dom"]["verdict"] == verdict
+        assert seen["dom"]["svg"] == charts and seen["dom"]["paths"] > 10 * charts
+
+
+def test_devtools_check_sees_blocked_requests(chromium, tmp_path, analyze_doc):
+    from conftest import devtools_load
+
+    page = render_html(analyze_doc).replace(
+        "</main>", '<img src="http://127.0.0.1:9/pixel.png"><link rel="stylesheet" href="https://cdn.invalid/a.css">'
+                   "<script>console.error('boom')</script></main>")
+    seen = devtools_load(chromium, _write(tmp_path, "bad.html", page), tmp_path / "profile")
+    assert sorted(seen["requests"]) == ["http://127.0.0.1:9/pixel.png", "https://cdn.invalid/a.css"]
+    assert seen["failed"] == ["csp", "csp"]
+    assert len([entry for entry in seen["log"] if "Content Security Policy" in entry]) == 3

@@ -37,7 +37,12 @@ def test_one_example_per_command_and_they_open_cleanly(chromium, tmp_path):
     pages = sorted(EXAMPLES.glob("*.html"))
     kinds = sorted(json.loads(page.with_suffix(".json").read_text())["kind"] for page in pages)
     assert kinds == ["analyze", "compare"]
+    from conftest import devtools_load
+
     for page in pages:
         dom, problems = open_in_chromium(chromium, page, tmp_path / page.stem)
         assert problems == [], page.name
         assert "data-verdict=" in dom and "<svg" in dom
+        seen = devtools_load(chromium, page, tmp_path / f"{page.stem}-devtools")
+        assert (seen["requests"], seen["failed"], seen["log"], seen["exceptions"]) == ([], [], [], []), page.name
+        assert seen["dom"]["svg"] >= 1 and seen["dom"]["verdict"]
