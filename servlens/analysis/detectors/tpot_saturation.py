@@ -37,9 +37,12 @@ def _concurrency_table(ctx: DetectorContext) -> str:
              f"{spec.offset_sql('t_arrival')})")
     decode_start = f"coalesce({spec.offset_sql('t_first_token')}, {end} - decode_s, {start})"
     # Every request with an end occupies the engine (streamed or not, with a TPOT or not); the ones with a TPOT are judged.
-    everyone = f"""SELECT request_id, source_line, tpot_s, decode_s, {start} AS s, {end} AS e, (coalesce({decode_start}, {end}) + {end}) / 2 AS mid
+    everyone = f"""SELECT request_id, source_line, tpot_s, decode_s, completion_tokens, {start} AS s, {end} AS e, (coalesce({decode_start}, {end}) + {end}) / 2 AS mid
                    FROM scope_requests WHERE t_end IS NOT NULL"""
-    base = f"SELECT * FROM ({everyone}) WHERE tpot_s IS NOT NULL"
+    # TPOT over a handful of tokens is one or two inter-token gaps: a single stall decides it, so short answers are
+    # not judged (they still occupy the engine above). Unknown token counts are kept.
+    base = (f"SELECT * FROM ({everyone}) WHERE tpot_s IS NOT NULL "
+            f"AND coalesce(completion_tokens, {int(ctx.params['min_completion_tokens'])}) >= {int(ctx.params['min_completion_tokens'])}")
     if ctx.path_available("TPOT with request overlap"):
         # With the engine's own times, a request without them (a client timeout, an error) has no known busy
         # interval: from arrival to its end it was mostly waiting, and counting it would inflate the concurrency.
@@ -91,7 +94,8 @@ def detect(ctx: DetectorContext) -> dict:
                           FROM sl010_requests)""")["rho"]
     valid = [lv for lv in levels if lv["n"] >= p["min_level_requests"]]
     target = p["target_tpot_p99_s"]
-    thresholds = {k: p[k] for k in ("target_tpot_p99_s", "min_growth", "min_rank_corr", "min_level_requests", "min_requests")}
+    thresholds = {k: p[k] for k in ("target_tpot_p99_s", "min_growth", "min_rank_corr", "min_level_requests", "min_requests",
+                                    "min_completion_tokens")}
     metrics = {"requests": s["n"], "concurrency_source": source, "concurrency_max": s["conc_max"],
                "levels": len(levels), "levels_judged": len(valid), "level_width": width, "rank_corr": rounded(corr)}
     label = (lambda lv: f"{lv['lo']}" if width == 1 else f"{lv['lo']}-{lv['hi']}")
@@ -142,6 +146,8 @@ def detect(ctx: DetectorContext) -> dict:
                f"concurrency {label(crossing)} ({secs(crossing['p99'])}) upward, so the target allows about "
                f"{allowed['hi']} requests decoding at once"
                + (f" (level {', '.join(noisy)} also went over it, not sustained)" if noisy else "")
+               + (f" (concurrency {_span(allowed['hi'] + 1, crossing['lo'] - 1)} had too few requests to judge)"
+                  if crossing["lo"] - allowed["hi"] > 1 else "")
                + f"; concurrency from {source}.")
     result = {"state": "fired", "summary": summary, "evidence": evidence,
               "examples": ctx.examples(f"tpot_s IS NOT NULL AND request_id IN (SELECT request_id FROM sl010_requests "
@@ -149,3 +155,7 @@ def detect(ctx: DetectorContext) -> dict:
     if high["p99"] >= p["critical_ratio"] * target:
         result["severity"] = "critical"
     return result
+
+
+def _span(lo: int, hi: int) -> str:
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
