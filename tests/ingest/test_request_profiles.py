@@ -541,3 +541,34 @@ def test_compressed_csv_and_json_documents(con, tmp_path):
     report = ingest_inputs(con, [str(tmp_path / "azure_conv.csv.gz"), str(tmp_path / "bench.json.zst")])
     assert [(s["format"], s["run"], s["rows"]) for s in report.sources] == [
         ("azure-llm-trace", "azure_conv", 5000), ("vllm-bench", "bench", 80)]
+
+
+@pytest.mark.parametrize("keep_text", [False, True])
+def test_prefix_key_with_many_messages_and_either_path(con, tmp_path, keep_text):
+    chat = next(r for r in real_lines("llamacpp") if r["path"] == "/v1/chat/completions" and r["http_status"] == 200)
+    conversations = [
+        [{"role": "system", "content": "short"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": None},
+         {"role": "user", "content": "again " * 500}],                                  # first two too short: all read
+        [{"role": "system", "content": "S" * 1500}, {"role": "user", "content": "U" * 1000},
+         {"role": "user", "content": "later"}],                                          # first two are enough
+        [{"role": "user", "content": [{"type": "text", "text": "T" * 100}]}, {"role": "assistant", "content": "ok"},
+         {"role": "user", "content": "x"}],                                              # parts, short
+        [{"role": "user", "content": "only one"}],
+    ]
+    records = []
+    for messages in conversations:
+        record = json.loads(json.dumps(chat))
+        record["body"]["messages"] = messages
+        records.append(record)
+    ingest_inputs(con, [str(write_jsonl(tmp_path / "m.jsonl", records))], run="m", keep_text=keep_text)
+
+    def text(messages):
+        def content(c):
+            return "".join(p.get("text", f"[{p['type']}]") for p in c) if isinstance(c, list) else (c or "")
+        return "\n".join(f"{m['role']}: {content(m['content'])}" for m in messages)
+
+    keys = [r[0] for r in con.execute("SELECT prefix_key FROM requests ORDER BY source_line").fetchall()]
+    assert keys == [prefix(text(m)) for m in conversations]
+    if keep_text:
+        assert [r[0] for r in con.execute("SELECT prompt_text FROM requests ORDER BY source_line").fetchall()] == [
+            text(m) for m in conversations]
