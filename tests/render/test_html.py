@@ -329,3 +329,15 @@ def test_size_stays_bounded_on_huge_free_text_and_name_lists(analyze_doc, compar
     compare_doc["reason"] = "y" * 3_000_000
     compare_doc["gates"][0]["rollback_criterion"] = "z" * 3_000_000
     assert len(render_html(compare_doc).encode()) <= MAX_REPORT_BYTES
+
+
+def test_hostile_states_severities_and_verdicts_stay_inside_their_attributes(analyze_doc, compare_doc):
+    analyze_doc["findings"][0]["severity"] = BREAKOUT
+    analyze_doc["findings"][0]["rule"] = BREAKOUT
+    analyze_doc["findings"][0]["evidence"]["table"]["columns"][0] = SCRIPT
+    compare_doc["verdict"] = BREAKOUT
+    compare_doc["gates"][1]["verdict"] = BREAKOUT
+    for page in (render_html(analyze_doc), render_html(compare_doc)):
+        parsed = scan(page)
+        assert [(tag, name) for tag, attrs in parsed.tags for name in attrs if name.startswith("on")] == []
+        assert "<script" not in page
