@@ -243,6 +243,8 @@ def format_cell(value: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# A value already formatted as a quantity (41 ms, ×18.7, +0.20 pp, 12.5%): aligned right like a number.
+_FORMATTED_NUMBER = re.compile(r"^[+\-−×]?[\d.,]+ ?(ms|s|%|pp)?$")
 # Set while a document on a relative clock (DESIGN.md "Times") renders: its timestamps read +hh:mm:ss everywhere.
 _RELATIVE_CLOCK: ContextVar[bool] = ContextVar("relative_clock", default=False)
 _ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$")
@@ -365,7 +367,9 @@ class _ReportBuilder:
                   for i, cell in enumerate(row[: len(shown_columns) or None])]
                  for row in rows[: limits.table_rows]]
         numeric = [
-            bool(rows) and all(_finite(row[i]) is not None or row[i] is None for row in rows[:50] if i < len(row))
+            bool(rows) and all(_finite(row[i]) is not None or row[i] is None
+                               or isinstance(row[i], str) and _FORMATTED_NUMBER.match(row[i])
+                               for row in rows[:50] if i < len(row))
             for i in range(len(shown_columns))
         ]
         times = [
@@ -395,7 +399,7 @@ class _ReportBuilder:
             for key in record:
                 if key not in columns and not _is_chart_value(record[key]):
                     columns.append(key)
-        rows = [[record.get(column) for column in columns] for record in records]
+        rows = [[_unit_aware(record, column) for column in columns] for record in records]
         table = self.table(columns, rows, limits)
         table["columns"] = [humanize(c) for c in table["columns"]]
         return table
@@ -785,6 +789,23 @@ def _flatten_record(record: dict) -> dict:
         else:
             flat[key] = value
     return flat
+
+
+def _unit_aware(record: dict, column: str) -> Any:
+    """A record that states its unit ("s" or "share", as compare's naive-vs-adjusted rows do) has its
+    before/after values and its change formatted in that unit; other values pass through."""
+    value, unit = record.get(column), record.get("unit")
+    number = _finite(value)
+    if unit not in ("s", "share") or number is None:
+        return value
+    name = column.lower()
+    if "change" in name:
+        if unit == "s":  # ratio − 1
+            return _multiple(1 + number) if number >= 1 else _signed_percent_from_ratio(1 + number)
+        return _signed_points(number)
+    if "before" in name or "after" in name:
+        return format_seconds(number) if unit == "s" else format_percent(number)
+    return value
 
 
 def _clip(text: Any, limit: int) -> Any:
