@@ -192,6 +192,7 @@ def test_sl008_long_documents_hold_short_chat_back(incidents):
     assert m["short_ttft_p50_exposed_s"] == pytest.approx(0.4467, abs=0.0001)
     assert m["short_ttft_p50_not_exposed_s"] == pytest.approx(0.0096, abs=0.0001)
     assert m["bands_worse_when_exposed"] == m["bands_compared"] == 2
+    assert m["p_value"] < 1e-6
     assert f["evidence"]["chart"]["type"] == "bar"
 
 
@@ -203,5 +204,29 @@ def test_sl008_restart_run_has_no_long_prompts(incidents):
 def test_sl008_mixed_sample_log_fires():
     doc = _analyze(REPO / "sample_logs" / "mixed")
     f = _finding(doc, "SL008", "mixed")
-    assert f["state"] == "fired"
-    assert f["evidence"]["metrics"]["short_ttft_p50_exposed_s"] > 10 * f["evidence"]["metrics"]["short_ttft_p50_not_exposed_s"]
+    m = f["evidence"]["metrics"]
+    assert f["state"] == "fired" and m["short_exposed"] == 11 and m["p_value"] < 1e-4
+    assert m["short_ttft_p50_exposed_s"] > 10 * m["short_ttft_p50_not_exposed_s"]
+
+
+def test_sl008_rank_test_matches_scipy_with_ties():
+    from scipy.stats import mannwhitneyu
+
+    from servlens.analysis.detectors.head_of_line import _rank_test
+
+    exposed = [0.35, 0.2, 0.2, 0.05, 0.9, 0.012]
+    clear = [0.01, 0.012, 0.012, 0.2, 0.03, 0.011, 0.05, 0.02, 0.015, 0.3]
+    con = open_store(None)
+    try:
+        values = ", ".join([f"(TRUE, {v})" for v in exposed] + [f"(FALSE, {v})" for v in clear])
+        con.execute(f"CREATE TEMP VIEW sl008_short AS SELECT * FROM (VALUES {values}) AS t(exposed, ttft_s)")
+
+        class Ctx:
+            def one(self, sql):
+                cursor = con.execute(sql)
+                return dict(zip([d[0] for d in cursor.description], cursor.fetchone()))
+
+        expected = mannwhitneyu(exposed, clear, alternative="greater", method="asymptotic", use_continuity=True).pvalue
+        assert _rank_test(Ctx(), len(exposed), len(clear)) == pytest.approx(expected, rel=1e-9)
+    finally:
+        con.close()

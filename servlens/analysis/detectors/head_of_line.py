@@ -7,11 +7,15 @@ exposed when its own wait for the first token (arrival to first token) overlappe
 
 The effect is the short requests' TTFT when exposed against when not (p50 and p90), pooled and per log2 prompt band
 of the short requests (so a band that is merely longer does not read as blocking). The rule fires when the exposed
-p50 is `hol_ratio` times the unexposed p50 and `min_excess_s` more, with at least `min_group` requests each side.
+p50 is `hol_ratio` times the unexposed p50 and `min_excess_s` more, with at least `min_group` requests each side,
+in at least half the bands compared, and a one-sided rank test (Mann-Whitney U) gives p <= `max_p_value`: a few
+exposed requests from a heavy tail do not fire it.
 All of it is one interval join in DuckDB (IEJoin on the overlap condition), not a loop over requests.
 """
 
 from __future__ import annotations
+
+import math
 
 from servlens.analysis.detectors._common import chart, not_evaluable, q, ratio, rounded, secs, table
 from servlens.analysis.runner import DetectorContext
@@ -63,7 +67,7 @@ def detect(ctx: DetectorContext) -> dict:
                "long_requests": long_n, "short_exposed": exposed["n"] if exposed else 0,
                "short_not_exposed": clear_["n"] if clear_ else 0}
     thresholds = {k: p[k] for k in ("long_quantile", "long_ratio", "hol_ratio", "min_excess_s", "min_group",
-                                    "min_requests")}
+                                    "min_requests", "max_p_value")}
     if not long_n:
         return {"state": "clear", "evidence": {"metrics": metrics, "thresholds": thresholds},
                 "summary": f"No long prompts to hold others back: none of {n} requests reached {long_min:.0f} tokens "
@@ -103,13 +107,16 @@ def detect(ctx: DetectorContext) -> dict:
                        {"name": "no long prompt in prefill", "x": [str(b["band"]) for b in bands],
                         "y": [rounded(b["p50_clear"]) for b in bands]}])
     evidence = {"metrics": metrics, "thresholds": thresholds, "table": band_table, "chart": the_chart}
+    p_value = _rank_test(ctx, exposed["n"], clear_["n"])
+    metrics["p_value"] = rounded(p_value, 6)
     fired = effect is not None and effect >= p["hol_ratio"] and excess >= p["min_excess_s"] and (
-        not compared or bands_worse * 2 >= len(compared))
+        not compared or bands_worse * 2 >= len(compared)) and p_value <= p["max_p_value"]
     if not fired:
         return {"state": "clear", "evidence": evidence,
                 "summary": (f"Long prompts do not hold short ones back: short requests' TTFT p50 is "
                             f"{secs(exposed['p50'])} while a long prompt (>= {long_min:.0f} tokens) is prefilled and "
-                            f"{secs(clear_['p50'])} otherwise ({effect:.2f}x)." if effect is not None else
+                            f"{secs(clear_['p50'])} otherwise ({effect:.2f}x, rank test p={p_value:.2g})."
+                            if effect is not None else
                             "Long prompts do not hold short ones back.")}
     queue_note = ""
     if exposed["queue_mean"] is not None and clear_["queue_mean"] is not None:
@@ -120,9 +127,29 @@ def detect(ctx: DetectorContext) -> dict:
                f"tokens) that waited while a long prompt (>= {long_min:.0f} tokens) was prefilled had TTFT p50 "
                f"{secs(exposed['p50'])} (p90 {secs(exposed['p90'])}) against {secs(clear_['p50'])} (p90 "
                f"{secs(clear_['p90'])}) for the {clear_['n']} that did not: {effect:.1f}x, +{secs(excess)}"
-               f"{queue_note}; worse in {bands_worse} of {len(compared)} prompt bands compared.")
+               f"{queue_note}; worse in {bands_worse} of {len(compared)} prompt bands compared (rank test "
+               f"p={p_value:.2g}).")
     return {
         "state": "fired", "summary": summary,
         "evidence": evidence | {"windows": [{"start": window["a"], "end": window["b"]}]},
         "examples": ctx.examples("request_id IN (SELECT request_id FROM sl008_short WHERE exposed)", "ttft_s DESC"),
     }
+
+
+def _rank_test(ctx: DetectorContext, n_exposed: int, n_clear: int) -> float:
+    """One-sided Mann-Whitney U test that exposed short requests have longer TTFTs: the rank sum comes from SQL
+    (mid-ranks for ties), the p-value from the normal approximation with the tie correction."""
+    row = ctx.one("""
+        WITH r AS (SELECT exposed, ttft_s, rank() OVER (ORDER BY ttft_s) AS rk,
+                          count(*) OVER (PARTITION BY ttft_s) AS ties FROM sl008_short),
+             t AS (SELECT ttft_s, min(ties) AS ties FROM r GROUP BY ttft_s)
+        SELECT (SELECT sum(rk + (ties - 1) / 2.0) FROM r WHERE exposed) AS rank_sum,
+               (SELECT sum(ties * ties * ties - ties) FROM t) AS tie_term""")
+    n1, n2 = n_exposed, n_clear
+    n = n1 + n2
+    u = float(row["rank_sum"]) - n1 * (n1 + 1) / 2
+    variance = n1 * n2 / 12 * ((n + 1) - float(row["tie_term"] or 0) / (n * (n - 1)))
+    if variance <= 0:
+        return 1.0
+    z = (u - n1 * n2 / 2 - 0.5) / math.sqrt(variance)   # continuity correction
+    return 0.5 * math.erfc(z / math.sqrt(2))
