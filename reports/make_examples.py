@@ -62,6 +62,13 @@ def main(argv: list[str] | None = None) -> int:
         if stale:
             print("Stale example reports (run python reports/make_examples.py and commit): " + ", ".join(stale),
                   file=sys.stderr)
+            first_json = next((name for name in stale if name.endswith(".json")), None)
+            if first_json and (EXAMPLES / first_json).is_file():
+                import difflib
+
+                diff = difflib.unified_diff((EXAMPLES / first_json).read_text().splitlines(),
+                                            written[first_json].splitlines(), "committed", "now", lineterm="", n=1)
+                print("\n".join(list(diff)[:24]), file=sys.stderr)
             return 1
         print(f"{len(written)} example files are current")
         return 0
