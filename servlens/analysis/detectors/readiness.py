@@ -8,7 +8,7 @@ restarted somewhere in (last scrape before, first scrape after]). After each sta
 A start is not ready when its early requests fail with readiness errors (server errors, timeouts, connection
 failures, 404/503 while the model loads; not client errors such as 400 context exceeded, 401, 403, 422, 429, which
 say nothing about readiness) at least `min_errors` times and `min_error_share` of the time, clearly more than later
-(`error_ratio` times the later share). When no request after the start ever succeeded, the deployment never became
+(`error_ratio` times the later share, and Fisher's exact test on the counts at p <= `max_p_value`). When no request after the start ever succeeded, the deployment never became
 ready. The time to ready is the first success after the start.
 """
 
@@ -71,14 +71,24 @@ def detect(ctx: DetectorContext) -> dict:
         early_share = row["early_errors"] / row["early"]
         later_share = row["later_errors"] / row["later"] if row["later"] else None
         never = row["successes"] == 0
+        # With traffic after the early period, the difference must also be beyond chance (Fisher's exact test on
+        # the 2x2 counts, one-sided): a handful of errors in a quiet start is not a cluster.
+        p_value = None
+        if row["later"]:
+            from scipy.stats import fisher_exact
+
+            p_value = float(fisher_exact([[row["early_errors"], row["early"] - row["early_errors"]],
+                                          [row["later_errors"], row["later"] - row["later_errors"]]],
+                                         alternative="greater").pvalue)
         clustered = (row["early_errors"] >= p["min_errors"] and early_share >= p["min_error_share"]
-                     and (later_share is None or early_share >= p["error_ratio"] * later_share))
+                     and (later_share is None or (early_share >= p["error_ratio"] * later_share
+                                                  and p_value <= p["max_p_value"])))
         judged.append(start | row | {"early_share": early_share, "later_share": later_share, "never_ready": never,
-                                     "fired": clustered})
+                                     "p_value": p_value, "fired": clustered})
     fired = [j for j in judged if j["fired"]]
     restarts_seen = len(restarts)
     metrics = {"starts": len(judged), "restarts_in_metrics": restarts_seen}
-    thresholds = {k: p[k] for k in ("ready_window_s", "min_errors", "min_error_share", "error_ratio")}
+    thresholds = {k: p[k] for k in ("ready_window_s", "min_errors", "min_error_share", "error_ratio", "max_p_value")}
     rows = [[iso(j["t"]), j["kind"], j["early"], j["early_errors"], rounded(j["early_share"]), j["later"],
              rounded(j["later_share"]), rounded(j["first_success_s"]), j["error_kinds"]] for j in judged]
     the_table = table(["start", "kind", f"requests in first {ready_s:g} s", "readiness errors", "error share",
@@ -101,7 +111,7 @@ def detect(ctx: DetectorContext) -> dict:
         "early_requests": worst["early"], "early_errors": worst["early_errors"],
         "early_error_share": rounded(worst["early_share"]), "later_error_share": rounded(worst["later_share"]),
         "time_to_first_success_s": rounded(recovery), "last_early_error_s": rounded(worst["last_early_error_s"]),
-        "never_ready": never, "error_kinds": worst["error_kinds"],
+        "never_ready": never, "error_kinds": worst["error_kinds"], "p_value": rounded(worst["p_value"], 8),
     }
     if never:
         how = f"no request after it ever succeeded: the deployment never became ready ({worst['error_kinds']})"
