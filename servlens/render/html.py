@@ -866,7 +866,8 @@ def _side_label(side: Any, default: str) -> str:
     paths = [str(s.get("path")) for s in side.get("sources") or [] if isinstance(s, dict) and s.get("path")]
     if label in ("before", "after") and paths:
         folders = {p.rsplit("/", 1)[0] if "/" in p else p for p in paths}
-        return folders.pop() if len(folders) == 1 else f"{label} ({len(paths)} files)"
+        # The folder's name; its full path is in the runs table below the verdict.
+        return folders.pop().rstrip("/").rsplit("/", 1)[-1] if len(folders) == 1 else f"{label} ({len(paths)} files)"
     return label
 
 
