@@ -155,9 +155,15 @@ def _rate(con: duckdb.DuckDBPyConnection, t0: datetime, span: float, width: floa
     peak_len = min(k * width, max(span, width))
     mean = sum(by_bucket.values()) / max(span, width)
     peak_rate = peak["n"] / peak_len
+    lo, hi = peak["b"] * width, peak["b"] * width + peak_len
+    in_peak = _one(con, f"""SELECT {q('ttft_s', 0.99)} AS ttft_p99, {q('tpot_s', 0.99)} AS tpot_p99,
+                                   {q('e2e_s', 0.99)} AS e2e_p99
+                            FROM workload_requests WHERE {_offset(t0, 't_at')} >= {lo} AND {_offset(t0, 't_at')} < {hi}""")
     peak_window = {"start": iso(start), "end": iso(start + timedelta(seconds=peak_len)), "length_s": peak_len,
                    "requests": peak["n"], "rate_rps": rounded(peak_rate, 4),
-                   "vs_mean_rate": rounded(peak_rate / mean, 3) if mean else None}
+                   "vs_mean_rate": rounded(peak_rate / mean, 3) if mean else None,
+                   "ttft_p99_s": rounded(in_peak["ttft_p99"]), "tpot_p99_s": rounded(in_peak["tpot_p99"], 6),
+                   "e2e_p99_s": rounded(in_peak["e2e_p99"])}
     busiest = max(y) if y else 0
     return {
         "bucket_s": width, "peak_window": peak_window, "busiest_bucket_rps": busiest,
@@ -352,13 +358,19 @@ def _latency(con: duckdb.DuckDBPyConnection, base: dict, width: float) -> dict:
     t0 = _one(con, "SELECT min(t_at) AS t0 FROM workload_requests")["t0"]
     windows = _rows(con, f"""
         SELECT CAST(floor({_offset(t0, 't_at')} / {width}) AS INTEGER) AS b, count({column}) AS n,
-               {q(column, 0.5)} AS p50, {q(column, 0.99)} AS p99
+               {q(column, 0.5)} AS p50, {q(column, 0.99)} AS p99, {q('tpot_s', 0.5)} AS tpot_p50,
+               {q('tpot_s', 0.99)} AS tpot_p99
         FROM workload_requests WHERE {column} IS NOT NULL AND t_at IS NOT NULL GROUP BY 1 ORDER BY 1""")
     x = [iso(t0 + timedelta(seconds=w["b"] * width)) for w in windows]
-    out["per_window"] = chart("line", f"{name} per window ({width:g} s)", "time", f"{name} (s)",
-                              [{"name": f"{name} p50 (s)", "x": x, "y": [rounded(w["p50"]) for w in windows]},
-                               {"name": f"{name} p99 (s)", "x": x, "y": [rounded(w["p99"]) for w in windows]}],
-                              x_time=True)
+    series = [{"name": f"{name} p50 (s)", "x": x, "y": [rounded(w["p50"]) for w in windows]},
+              {"name": f"{name} p99 (s)", "x": x, "y": [rounded(w["p99"]) for w in windows]}]
+    with_tpot = column != "tpot_s" and bool(base["with_tpot"])
+    if with_tpot:
+        # TPOT is milliseconds where TTFT is tenths of seconds: one chart on a log scale keeps both readable.
+        series += [{"name": "TPOT p50 (s)", "x": x, "y": [rounded(w["tpot_p50"], 6) for w in windows]},
+                   {"name": "TPOT p99 (s)", "x": x, "y": [rounded(w["tpot_p99"], 6) for w in windows]}]
+    title = f"{name}" + (" and TPOT" if with_tpot else "") + f" per window ({width:g} s)"
+    out["per_window"] = chart("line", title, "time", "seconds", series, x_time=True, y_log=with_tpot)
     if not base["with_ttft"]:
         out["note"] = "no TTFT in these sources (non-streamed or not logged): the window chart shows e2e"
     return out

@@ -148,7 +148,11 @@ def test_llamacpp_poisson_context_per_slot_and_gauges(shared_data):
     assert conc["engine_waiting_gauge"] == "llamacpp:requests_deferred"
     assert [s["name"] for s in conc["chart"]["series"]] == [
         "in flight, from the logs (max)", "llamacpp:requests_processing (max)", "llamacpp:requests_deferred (max)"]
-    assert profile["latency"]["per_window"]["title"].startswith("TTFT per window")
+    per_window = profile["latency"]["per_window"]
+    assert per_window["title"].startswith("TTFT and TPOT per window") and per_window["y_log"] is True
+    assert [s["name"] for s in per_window["series"]] == ["TTFT p50 (s)", "TTFT p99 (s)", "TPOT p50 (s)", "TPOT p99 (s)"]
+    peak = profile["rate"]["peak_window"]
+    assert peak["ttft_p99_s"] is not None and peak["ttft_p99_s"] >= peak.get("tpot_p99_s", 0)
 
 
 def test_analyze_document_and_renderings_carry_the_workload(traces):
