@@ -83,3 +83,76 @@ def test_no_usage_and_no_timings_stays_null(con, shared_data):
     assert one(con, """SELECT count(*), count(completion_tokens), count(prompt_tokens) FROM requests
         WHERE attrs->>'$.vllm_ttft_ms' IS NULL""") == (4, 0, 0)
     assert one(con, "SELECT count(*), count(completion_tokens) FROM requests WHERE attrs->>'$.vllm_ttft_ms' IS NOT NULL") == (138, 138)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 2. Streamed text reassembled by the logger (stream_content, stream_reasoning_content) sets the leak flags
+
+
+def _flags(con):
+    return q(con, """SELECT stream, count(*), count(content_empty), count(content_has_reasoning_marker),
+        count(reasoning_present), count(*) FILTER (WHERE content_empty), count(*) FILTER (WHERE content_has_reasoning_marker),
+        count(*) FILTER (WHERE reasoning_present), count(*) FILTER (WHERE reasoning_has_marker)
+        FROM requests GROUP BY ALL ORDER BY ALL""")
+
+
+def test_streamed_rows_get_leak_flags_from_the_reassembled_text(con):
+    ingest_inputs(con, [str(SAMPLES / "reasoning-none" / "requests.jsonl")])
+    # --reasoning-format none: <think> stays in content, streamed or not; no reasoning anywhere
+    assert _flags(con) == [(False, 29, 29, 29, 29, 0, 29, 0, 0), (True, 11, 11, 11, 11, 0, 11, 0, 0)]
+    # the text itself is not kept without --keep-text
+    assert one(con, "SELECT count(content_text), count(reasoning_text) FROM requests") == (0, 0)
+
+
+def test_streamed_reasoning_deltas_count_as_reasoning(con):
+    ingest_inputs(con, [str(SAMPLES / "reasoning-deepseek" / "requests.jsonl")])
+    # --reasoning-format deepseek: the thought arrives as reasoning_content (deltas for streams), content clean.
+    # One non-streamed answer is all thought (empty content, finish length).
+    assert _flags(con) == [(False, 29, 29, 29, 29, 1, 0, 29, 0), (True, 11, 11, 11, 11, 0, 0, 11, 0)]
+    assert one(con, "SELECT stream, finish_reason FROM requests WHERE content_empty") == (False, "length")
+
+
+def test_streamed_text_is_kept_with_keep_text(con):
+    ingest_inputs(con, [str(SAMPLES / "reasoning-deepseek" / "requests.jsonl")], keep_text=True)
+    path = SAMPLES / "reasoning-deepseek" / "requests.jsonl"
+    records = {n: json.loads(line) for n, line in enumerate(path.open(), start=1)}
+    streamed = {n: r for n, r in records.items() if r["body"].get("stream")}
+    rows = {line: (content, reasoning) for line, content, reasoning in q(
+        con, "SELECT source_line, content_text, reasoning_text FROM requests WHERE stream")}
+    assert rows == {n: (r["stream_content"], r["stream_reasoning_content"]) for n, r in streamed.items()}
+
+
+def test_a_log_without_streamed_text_keeps_stream_flags_unknown(con, shared_data):
+    # The older real recording has no stream_content: a streamed answer's flags stay NULL unless it had no characters.
+    ingest_inputs(con, [str(shared_data / "real-engine" / "llamacpp" / "requests.jsonl")])
+    assert one(con, """SELECT count(*), count(content_has_reasoning_marker), count(reasoning_present),
+        count(*) FILTER (WHERE content_empty) FROM requests WHERE stream""") == (122, 10, 0, 10)
+
+
+def _sl003(folder: str) -> dict:
+    from servlens.analysis.inputs import ingest_paths
+    from servlens.analysis.rules import load_rules
+    from servlens.analysis.runner import analyze
+
+    con = open_store(None)
+    try:
+        ingest_paths(con, [str(SAMPLES / folder)])
+        doc = analyze(con, [r for r in load_rules() if r.id == "SL003"])
+    finally:
+        con.close()
+    (finding,) = [f for f in doc["findings"] if f["rule"] == "SL003"]
+    return finding
+
+
+def test_sl003_judges_streamed_rows_too():
+    fired = _sl003("reasoning-none")
+    assert fired["state"] == "fired"
+    m = fired["evidence"]["metrics"]
+    # all 40 responses, the 11 streamed ones included (29 before streamed text was read)
+    assert (m["requests"], m["leaking"], m["markers_in_content"], m["main_pattern"]) == (40, 40, 40, "markers_in_content")
+    clear = _sl003("reasoning-deepseek")
+    assert clear["state"] == "clear"
+    m = clear["evidence"]["metrics"]
+    assert (m["requests"], m["leaking"], m["responses_with_reasoning"]) == (40, 0, 40)
+    # streamed and non-streamed answers split reasoning the same way: the disagreement pattern is not even armed
+    assert "stream_mode_disagreement" not in m
