@@ -156,3 +156,22 @@ def test_sl003_judges_streamed_rows_too():
     assert (m["requests"], m["leaking"], m["responses_with_reasoning"]) == (40, 0, 40)
     # streamed and non-streamed answers split reasoning the same way: the disagreement pattern is not even armed
     assert "stream_mode_disagreement" not in m
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 3. queued_at_client_s is a send time from the start of the run, not a wait
+
+
+def test_send_offset_is_stored_as_an_offset_not_a_wait(con):
+    ingest_inputs(con, [str(SAMPLES / "steady-a" / "requests.jsonl")])
+    assert one(con, """SELECT count(*) FROM requests WHERE attrs->>'$.client_wait_before_send_s' IS NOT NULL
+        OR attrs->>'$.queued_at_client_s' IS NOT NULL""") == (0,)
+    # offset = send time minus the run's start: t_arrival - offset is the same instant on every row (to 1 ms)
+    start_spread, n, late_max = one(con, """SELECT max(epoch(t_arrival) - (attrs->>'$.client_send_offset_s')::DOUBLE)
+          - min(epoch(t_arrival) - (attrs->>'$.client_send_offset_s')::DOUBLE),
+        count(attrs->>'$.client_send_offset_s'), max((attrs->>'$.client_send_late_s')::DOUBLE) FROM requests""")
+    assert n == 50 and start_spread < 1e-3
+    row = one(con, """SELECT (attrs->>'$.client_send_offset_s')::DOUBLE, (attrs->>'$.client_send_late_s')::DOUBLE
+        FROM requests WHERE source_line = 1""")
+    assert row == (0.072446, 0.000346)
+    assert late_max == max(json.loads(line)["send_late_s"] for line in (SAMPLES / "steady-a" / "requests.jsonl").open())
