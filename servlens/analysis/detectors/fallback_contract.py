@@ -7,7 +7,8 @@ scope's whole run from `requests`, grouped by trace_id, and judges the scope fro
   attempt) and that failed or ended by length although the trace's first attempt asked for more than this target
   gives (a smaller max_tokens, a context_window under the prompt, or a context-exceeded error): the retry could not
   succeed. Also fallbacks that failed the same way as the attempt before them (the same deployment, or the same
-  error type): the same failure domain, so the fallback bought nothing.
+  error type), or while the target was failing half or more of its own requests within `domain_window_s`: the same
+  failure domain, so the fallback bought nothing.
 - as a pool member: a deployment whose attempts (nearly) all fail while its traces are answered elsewhere is a dead
   endpoint left in the pool; every request that tries it pays the retries and backoff before its fallback. The
   added latency is measured per trace: from the first attempt here to the attempt that answered.
@@ -56,6 +57,10 @@ def _attempts_sql(run: str) -> str:
         FROM o"""
 
 
+def _interval(seconds: float) -> str:
+    return f"to_microseconds(CAST({seconds * 1e6:.0f} AS BIGINT))"
+
+
 def _in_scope(ctx: DetectorContext, alias: str = "") -> str:
     s = ctx.scope
     prefix = f"{alias}." if alias else ""
@@ -86,7 +91,16 @@ def detect(ctx: DetectorContext) -> dict:
                                              "fell back.",
                 "evidence": {"metrics": {"failed_attempts_in_run": 0, "traces": markers["traces"]}}}
     me = _in_scope(ctx)
+    window = float(p["domain_window_s"])
     inbound = ctx.one(f"""
+        WITH fb AS (SELECT * FROM sl005_attempts WHERE {me} AND is_fallback),
+             -- the target's own (non-fallback) attempts around each fallback: was it failing at the same time?
+             around AS (SELECT fb.request_id, fb.trace_id, count(d.request_id) AS n,
+                               count(CASE WHEN {failed('d')} THEN 1 END) AS failed_n
+                        FROM fb LEFT JOIN sl005_attempts d
+                          ON {_in_scope(ctx, 'd')} AND NOT d.is_fallback
+                         AND d.t_at BETWEEN fb.t_at - {_interval(window)} AND fb.t_at + {_interval(window)}
+                        GROUP BY fb.request_id, fb.trace_id)
         SELECT count(*) AS fallbacks, count(CASE WHEN {KNOWN_OUTCOME} THEN 1 END) AS known,
                count(CASE WHEN {FAILED} THEN 1 END) AS failed,
                count(CASE WHEN finish_reason = 'length' THEN 1 END) AS length,
@@ -96,10 +110,14 @@ def detect(ctx: DetectorContext) -> dict:
                count(CASE WHEN max_tokens < first_max_tokens THEN 1 END) AS smaller_cap,
                count(CASE WHEN context_window < first_prompt_tokens OR ({FAILED} AND {CONTEXT_ERROR}) THEN 1 END)
                  AS context_short,
-               count(CASE WHEN {FAILED} AND prev_failed AND (deployment = prev_deployment OR error_type = prev_error_type)
+               count(CASE WHEN {FAILED} AND ((prev_failed AND (deployment = prev_deployment
+                                                              OR error_type = prev_error_type))
+                                             OR (around.n >= 2 AND around.failed_n >= 0.5 * around.n))
                      THEN 1 END) AS same_domain,
+               count(CASE WHEN {FAILED} AND around.n >= 2 AND around.failed_n >= 0.5 * around.n THEN 1 END)
+                 AS target_failing_then,
                string_agg(DISTINCT origin_model, ', ') AS origins
-        FROM sl005_attempts WHERE {me} AND is_fallback""")
+        FROM fb LEFT JOIN around USING (request_id, trace_id)""")
     direct = ctx.one(f"""
         SELECT count(CASE WHEN {KNOWN_OUTCOME} THEN 1 END) AS n,
                count(CASE WHEN {FAILED} OR finish_reason = 'length' THEN 1 END) AS bad
@@ -129,13 +147,14 @@ def detect(ctx: DetectorContext) -> dict:
         "fallbacks_failed": inbound["failed"], "fallbacks_ended_by_length": inbound["length"],
         "fallbacks_mismatched": inbound["mismatched"], "fallbacks_smaller_cap": inbound["smaller_cap"],
         "fallbacks_context_short": inbound["context_short"], "fallbacks_same_failure_domain": inbound["same_domain"],
+        "fallbacks_while_target_failing": inbound["target_failing_then"],
         "fallback_bad_share": rounded(fb_bad_share), "direct_bad_share": rounded(direct_bad_share),
         "attempts_here": pool["attempts"], "attempts_failed_share": rounded(failed_share),
         "traces_answered_elsewhere": pool["answered_elsewhere"], "added_latency_p50_s": rounded(pool["added_p50_s"]),
         "added_latency_max_s": rounded(pool["added_max_s"]),
     }
     thresholds = {k: p[k] for k in ("min_mismatches", "min_same_domain", "dead_error_share", "min_dead_attempts",
-                                    "min_fallbacks", "max_excess_bad_share")}
+                                    "min_fallbacks", "max_excess_bad_share", "domain_window_s")}
     excess = (fb_bad_share - (direct_bad_share or 0.0)) if fb_bad_share is not None else None
     worse_than_direct = bool(inbound["fallbacks"] >= p["min_fallbacks"] and excess is not None
                              and excess > p["max_excess_bad_share"])
@@ -150,7 +169,8 @@ def detect(ctx: DetectorContext) -> dict:
                         f"time against {pct(direct_bad_share)} for this model's own requests")
     if inbound["same_domain"] >= p["min_same_domain"]:
         problems.append(f"{inbound['same_domain']} fallback(s) failed like the attempt before them (same deployment "
-                        f"or the same error type): the same failure domain")
+                        f"or the same error type) or while this deployment was failing its own requests "
+                        f"({inbound['target_failing_then']} within {window:g} s): the same failure domain")
     if dead:
         problems.append(f"every client request that tried this deployment was answered elsewhere: {pct(failed_share)} "
                         f"of its {pool['attempts']} attempts failed, adding {secs(pool['added_p50_s'])} (p50, max "
