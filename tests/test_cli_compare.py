@@ -154,3 +154,32 @@ def test_html_uses_the_report_renderer(cli_runner, store_path, tmp_path):
     html = out.read_text()
     assert html.lstrip().lower().startswith("<!doctype html")
     assert "roll back: TTFT p99" in html
+
+
+def test_html_templates_folder_replaces_partials(cli_runner, store_path, tmp_path):
+    pytest.importorskip("servlens.render.html")
+    team = tmp_path / "team"
+    team.mkdir()
+    (team / "_header.html").write_text("<header><h1>ACME release board: {{ title }}</h1></header>")
+    out = tmp_path / "gate.html"
+    result = invoke(cli_runner, ["compare", "--db", store_path, "--before", "prod", "--after", "canary-slow",
+                                 "--out", str(out), "--templates", str(team)])
+    assert result.exit_code == 1, result.output
+    page = out.read_text()
+    assert "<h1>ACME release board: Release gate: prod → canary-slow</h1>" in page
+    # the partials not in the folder still come from the built-in templates
+    assert 'data-verdict="fail"' in page and "roll back: TTFT p99" in page
+
+
+def test_a_missing_templates_folder_fails_before_the_comparison(store_path, tmp_path, monkeypatch, capsys):
+    from servlens.cli import main
+
+    missing = tmp_path / "no-such-folder"
+    monkeypatch.setattr("sys.argv", ["servlens", "compare", "--db", store_path, "--before", "prod", "--after",
+                                     "canary-slow", "--out", str(tmp_path / "gate.html"), "--templates", str(missing)])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (f"Error: Template folder '{missing}' does not exist. "
+                                       f"Pass --templates a folder of .html files.\n")
+    assert not (tmp_path / "gate.html").exists()

@@ -27,11 +27,13 @@ from servlens.errors import ConfigError, InputError
                    "output_band [default: model,prompt_band; e2e adds output_band].")
 @click.option("--from", "from_format", default=None,
               help="Format of BEFORE and AFTER files when sniffing cannot tell ('servlens formats' lists them).")
+@click.option("--templates", "templates_dir", type=click.Path(file_okay=False), default=None,
+              help="With --format html: a folder of templates that replace the built-in ones of the same name.")
 @output_options
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap (results repeat exactly).")
 @click.pass_context
-def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from_format, output_format, out,
-            seed):
+def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from_format, templates_dir,
+            output_format, out, seed):
     """Compare an AFTER run with a BEFORE run on matched cohorts and gate the release.
 
     BEFORE and AFTER are files or folders of request logs (ingested into a temporary store), or run labels in
@@ -43,11 +45,15 @@ def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from
         servlens compare before/ after/
         servlens compare --db store.duckdb --before prod-1127 --after canary-1128
         servlens compare before.jsonl after.jsonl --policy gates.toml --format md --out compare.md
+        servlens compare before/ after/ --out gate.html --templates my-templates/
     """
     from servlens.compare.engine import compare_runs, exit_code
     from servlens.compare.policy import load_policy, parse_by
 
     fmt = pick_format(output_format, out)
+    if fmt == "html" and templates_dir is not None and not Path(templates_dir).is_dir():
+        # Before any ingest or bootstrap: a mistyped folder should not cost the whole comparison.
+        raise ConfigError(f"Template folder '{templates_dir}' does not exist", "Pass --templates a folder of .html files")
     policy = load_policy(policy_path)
     if by is not None:
         policy = policy.with_by(parse_by(by))
@@ -62,11 +68,11 @@ def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from
             con.close()
     finally:
         scratch.cleanup()
-    write_output(render(doc, fmt), out)
+    write_output(render(doc, fmt, templates_dir), out)
     ctx.exit(exit_code(doc))
 
 
-def render(doc: dict, fmt: str) -> str:
+def render(doc: dict, fmt: str, templates_dir: str | None = None) -> str:
     if fmt == "json":
         return json.dumps(doc, indent=2, ensure_ascii=False)
     if fmt == "md":
@@ -79,7 +85,7 @@ def render(doc: dict, fmt: str) -> str:
         except ImportError:
             raise ConfigError("The HTML report is not available in this build",
                               "Use --format json, md or text") from None
-        return render_html(doc)
+        return render_html(doc, templates_dir)
     from servlens.render.compare_text import render_compare_text
 
     return render_compare_text(doc)
