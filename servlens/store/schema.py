@@ -92,7 +92,7 @@ CREATE SEQUENCE IF NOT EXISTS source_id_seq START 1;
 CREATE TABLE IF NOT EXISTS sources (
     source_id INTEGER PRIMARY KEY DEFAULT nextval('source_id_seq'),
     run VARCHAR NOT NULL,
-    kind VARCHAR NOT NULL,                  -- 'requests' | 'metrics'
+    kind VARCHAR NOT NULL,                  -- 'requests' | 'metrics' | 'engine_info' (llama.cpp props/slots)
     path VARCHAR NOT NULL,                  -- absolute path as ingested
     sha256 VARCHAR NOT NULL,
     size_bytes BIGINT,
