@@ -33,16 +33,22 @@ def test_ingest_a_folder_then_list_runs(tmp_path):
     assert lines[4].startswith("  partly: served_model 98%, provider 98%, t_first_token 63%")
     assert ("9 metrics files  [prometheus-text]  run burst50: 135 samples, 0 bad lines, scrape time from index, "
             "2026-11-29 07:22:59 → 07:23:06 UTC (7.5 s)") in lines
-    assert "Skipped 12 files:" in lines
+    # the engine's /props reaches the request rows of its folder; its /slots files agree and are listed
+    assert ("props.json  [llamacpp-props]  4 slots of 2,048 tokens: applied to the 174 requests of its folder (runs "
+            "burst50, fresh_cache, fresh_nocache, poisson, prefix_cache, prefix_nocache; attrs.parallel, context_window)"
+            in lines)
+    assert "Skipped 11 files:" in lines
     assert ("  llama-server-prefix-fresh.log, llama-server.log: a server or console log (no per-request records)"
             in lines)
-    assert ("  models.json, props.json, slots_burst50_end.json, slots_fresh_cache_end.json, … (9 files): "
-            "no format profile recognises it") in lines
+    assert "  models.json, summary.jsonl: no format profile recognises it" in lines
+    assert ("  slots_burst50_end.json, slots_fresh_cache_end.json, slots_fresh_nocache_end.json, slots_poisson_end.json, "
+            "… (6 files): llama.cpp /slots: 4 slots of 2,048 tokens; agrees with props.json, which is used") in lines
 
     runs = servlens(tmp_path, "runs")
     assert runs.returncode == 0, runs.stderr
     text = runs.stdout
-    assert "burst50: 9 metrics sources (prometheus-text); 1 requests source (openai-client-log)" in text
+    assert ("burst50: 9 metrics sources (prometheus-text); 1 requests source (openai-client-log); 1 engine_info source "
+            "(llamacpp-props)") in text
     assert "  50 requests, 135 metric samples, 0 bad lines" in text
     assert "  2026-11-29 07:22:59 → 07:23:06 UTC (7.5 s)" in text
 
@@ -110,11 +116,11 @@ def test_malformed_lines_are_counted_and_strict_refuses_them(tmp_path):
 
 
 def test_unknown_format_exits_2_naming_the_formats(tmp_path):
-    props = REAL / "llamacpp" / "props.json"
-    done = servlens(tmp_path, "ingest", str(props))
+    models = REAL / "llamacpp" / "models.json"
+    done = servlens(tmp_path, "ingest", str(models))
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == (
-        f"Error: {props} is not in a format servlens knows (no format profile recognises it). Known formats: "
+        f"Error: {models} is not in a format servlens knows (no format profile recognises it). Known formats: "
         "azure-llm-trace, burstgpt-trace, " + _others() + "plus Prometheus text/OpenMetrics and query_range JSON; name "
         "one with --from NAME or describe yours with --profile FILE (docs/profiles.md).\n")
 

@@ -24,6 +24,7 @@ import duckdb
 
 from servlens.errors import ConfigError, InputError
 from servlens.ingest import sources as src
+from servlens.ingest.engine_info import EngineInfo, apply_engine_info, read_engine_info
 from servlens.ingest.profiles import Profile, builtin_profiles, get_profile, load_profile_file
 from servlens.ingest.requests import SourceResult, ingest_request_file
 from servlens.ingest.sniff import FileSample, sample_file, score_profile, sniff
@@ -69,8 +70,9 @@ class IngestReport:
 class _Plan:
     path: Path
     named: bool
-    kind: str  # 'requests' | 'metrics' | 'index' | 'skip'
+    kind: str  # 'requests' | 'metrics' | 'index' | 'engine_info' | 'skip'
     profile: Profile | None = None
+    engine_info: EngineInfo | None = None
     sample: FileSample | None = None
     metrics_format: str | None = None
     reason: str | None = None
@@ -117,6 +119,10 @@ def _plan(path: Path, named: bool, profiles: list[Profile], forced: Profile | No
         return _Plan(path, named, "metrics", metrics_format=metrics_format)
     if metrics_only:
         return _Plan(path, named, "skip", reason="not a Prometheus scrape, OpenMetrics file or query_range JSON")
+    # An engine's settings beside its request log (llama.cpp /props, /slots) are never a request log themselves.
+    engine_info = read_engine_info(path)
+    if engine_info is not None:
+        return _Plan(path, named, "engine_info", engine_info=engine_info)
     sample = sample_file(path)
     if forced is not None:
         score, _, missing = score_profile(forced, sample, path.name)
@@ -223,6 +229,14 @@ def ingest_inputs(
     finally:
         if bar:
             bar.close()
+    # After every request log is in: the engine settings apply to the request rows of their folder.
+    infos = [p.engine_info for p in plans if p.kind == "engine_info" and p.engine_info is not None]
+    if infos:
+        entries, skipped = apply_engine_info(con, infos)
+        report.sources.extend(entries)
+        report.skipped.extend(skipped)
+        for entry in entries:
+            touched.extend(entry["runs"])
     report.runs = list(dict.fromkeys(touched))
     return report
 

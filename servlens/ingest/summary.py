@@ -129,6 +129,13 @@ def ingest_text(report: dict, db_path: str | None = None) -> str:
             if skipped:
                 text += ("; " if new else "") + f"{skipped} already ingested (nothing added)"
             lines.append(text)
+    for source in sources:
+        if source.get("kind") == "engine_info":
+            runs = source.get("runs") or []
+            lines.append(f"{name_of(source['path'])}  [{source['format']}]  {source['slots']} slots of "
+                         f"{source['n_ctx_per_slot']:,} tokens: applied to the {source['requests_annotated']} requests "
+                         f"of its folder (run{'s' if len(runs) != 1 else ''} {_short(runs)}; attrs.parallel, "
+                         "context_window)")
     skipped = report.get("skipped") or []
     if skipped:
         lines.append(f"Skipped {len(skipped)} file{'s' if len(skipped) != 1 else ''}:")

@@ -175,3 +175,94 @@ def test_send_offset_is_stored_as_an_offset_not_a_wait(con):
         FROM requests WHERE source_line = 1""")
     assert row == (0.072446, 0.000346)
     assert late_max == max(json.loads(line)["send_late_s"] for line in (SAMPLES / "steady-a" / "requests.jsonl").open())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 4. llama.cpp /props and /slots beside a request log: the slot count and the slot context reach the request rows
+
+
+def test_folder_props_reach_every_request_row(con):
+    props = json.loads((SAMPLES / "mixed" / "props.json").read_text())
+    assert (props["total_slots"], props["default_generation_settings"]["n_ctx"]) == (4, 2048)
+    report = ingest_inputs(con, [str(SAMPLES / "mixed")])
+    (entry,) = [s for s in report.sources if s["kind"] == "engine_info"]
+    assert (entry["format"], entry["runs"], entry["slots"], entry["n_ctx_per_slot"], entry["requests_annotated"],
+            entry["rows"], entry["skipped"]) == ("llamacpp-props", ["mixed"], 4, 2048, 150, 0, False)
+    assert report.rows == 150 + 720  # requests + metric samples: the side file adds no rows
+    skipped = {Path(s["path"]).name: s["reason"] for s in report.skipped}
+    assert skipped["slots_mixed_end.json"] == "llama.cpp /slots: 4 slots of 2,048 tokens; agrees with props.json, which is used"
+    assert one(con, """SELECT count(*), count(*) FILTER (WHERE (attrs->>'$.parallel')::INT = 4
+        AND (attrs->>'$.n_ctx_per_slot')::INT = 2048 AND context_window = 2048) FROM requests""") == (150, 150)
+    # other attrs are kept
+    assert one(con, "SELECT count(attrs->>'$.req_idx') FROM requests") == (150,)
+    assert q(con, "SELECT run, kind, format, rows FROM sources WHERE kind <> 'metrics' ORDER BY kind") == [
+        ("mixed", "engine_info", "llamacpp-props", 0), ("mixed", "requests", "openai-client-log", 150)]
+    # ingesting the folder again adds nothing and changes nothing
+    again = ingest_inputs(con, [str(SAMPLES / "mixed")])
+    (entry,) = [s for s in again.sources if s["kind"] == "engine_info"]
+    assert entry["skipped"] is True and entry["requests_annotated"] == 150
+    assert one(con, "SELECT count(*) FROM sources WHERE kind = 'engine_info'") == (1,)
+
+
+def test_a_value_the_row_has_wins_over_props(con, tmp_path):
+    # The two context errors name their slot's context themselves (2048); a props file that says otherwise fills the
+    # other rows only. The request log is the real one; only the props copy is edited.
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "requests.jsonl").write_bytes((SAMPLES / "mixed" / "requests.jsonl").read_bytes())
+    props = json.loads((SAMPLES / "mixed" / "props.json").read_text())
+    props["default_generation_settings"]["n_ctx"] = 1000
+    (folder / "props.json").write_text(json.dumps(props))
+    ingest_inputs(con, [str(folder)])
+    assert q(con, "SELECT context_window, status, count(*) FROM requests GROUP BY ALL ORDER BY ALL") == [
+        (1000, "ok", 148), (2048, "error", 2)]
+
+
+def test_slots_file_alone_gives_the_same_settings(con, tmp_path):
+    folder = tmp_path / "steady"
+    folder.mkdir()
+    for name in ("requests.jsonl", "slots_steady_a_end.json"):
+        (folder / name).write_bytes((SAMPLES / "steady-a" / name).read_bytes())
+    report = ingest_inputs(con, [str(folder)])
+    (entry,) = [s for s in report.sources if s["kind"] == "engine_info"]
+    assert (entry["format"], entry["slots"], entry["n_ctx_per_slot"]) == ("llamacpp-slots", 2, 4096)
+    assert one(con, """SELECT count(*) FILTER (WHERE (attrs->>'$.parallel')::INT = 2 AND context_window = 4096)
+        FROM requests""") == (50,)
+
+
+def test_props_named_later_annotates_the_log_already_in_the_store(con):
+    ingest_inputs(con, [str(SAMPLES / "steady-a" / "requests.jsonl")])
+    assert one(con, "SELECT count(attrs->>'$.parallel'), count(context_window) FROM requests") == (0, 0)
+    report = ingest_inputs(con, [str(SAMPLES / "steady-a" / "props.json")])
+    assert report.runs == ["steady_a"]
+    assert one(con, """SELECT count(*) FILTER (WHERE (attrs->>'$.parallel')::INT = 2 AND context_window = 4096)
+        FROM requests""") == (50,)
+
+
+def test_props_without_a_request_log_is_listed_not_applied(con, tmp_path):
+    (tmp_path / "props.json").write_bytes((SAMPLES / "burst" / "props.json").read_bytes())
+    report = ingest_inputs(con, [str(tmp_path / "props.json")])
+    assert report.sources == [] and report.runs == []
+    assert report.skipped == [{"path": str((tmp_path / "props.json").resolve()),
+                               "reason": "llama.cpp /props: 2 slots of 4,096 tokens; no request log in its folder to apply it to"}]
+
+
+def test_real_llamacpp_folder_gives_sl012_and_the_workload_the_slot_count(shared_data):
+    from servlens.analysis.inputs import ingest_paths
+    from servlens.analysis.rules import load_rules
+    from servlens.analysis.runner import analyze
+
+    con = open_store(None)
+    try:
+        ingest_paths(con, [str(shared_data / "real-engine" / "llamacpp")])
+        # --parallel 4 --ctx-size 8192: 4 slots of 2,048 on all 174 requests of the six runs
+        assert one(con, """SELECT count(*), count(*) FILTER (WHERE (attrs->>'$.parallel')::INT = 4 AND context_window = 2048)
+            FROM requests""") == (174, 174)
+        assert one(con, "SELECT count(DISTINCT run) FROM sources WHERE kind = 'engine_info'") == (6,)
+        doc = analyze(con, [r for r in load_rules() if r.id == "SL012"])
+    finally:
+        con.close()
+    (f,) = [f for f in doc["findings"] if f["rule"] == "SL012" and f["scope"]["run"] == "poisson"]
+    m = f["evidence"]["metrics"]
+    assert (m["slots"], m["slots_source"], m["context_total"], m["fit_whole_context"]) == (
+        4, "--parallel from the request attributes", 8192, 4)

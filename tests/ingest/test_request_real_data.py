@@ -241,16 +241,18 @@ def test_llamacpp_folder_ingests_requests_and_metrics_and_lists_the_rest(con, sh
     document = report.to_dict()
     assert document["kind"] == "ingest" and document["schema_version"] == 1
     kinds = [s["kind"] for s in document["sources"]]
-    assert kinds.count("requests") == 1 and kinds.count("metrics") == 38
+    assert kinds.count("requests") == 1 and kinds.count("metrics") == 38 and kinds.count("engine_info") == 1
     skipped = {item["path"].rsplit("/", 1)[-1]: item["reason"] for item in document["skipped"]}
     assert skipped["llama-server.log"] == "a server or console log (no per-request records)"
     assert skipped["summary.jsonl"] == "no format profile recognises it"
     assert skipped["metrics_index.jsonl"] == "scrape index: used for the scrape files' times and runs"
-    assert len(skipped) == 12
-    # the scrapes land in the same runs as the requests (the index names them)
+    assert skipped["slots_poisson_end.json"] == ("llama.cpp /slots: 4 slots of 2,048 tokens; agrees with props.json, "
+                                                 "which is used")
+    assert len(skipped) == 11
+    # the scrapes land in the same runs as the requests (the index names them); props.json applies to all six
     assert q(con, "SELECT run, count(DISTINCT kind) FROM sources GROUP BY 1 ORDER BY 1") == [
-        ("burst50", 2), ("fresh_cache", 2), ("fresh_nocache", 2), ("poisson", 2), ("prefix_cache", 2),
-        ("prefix_nocache", 2),
+        ("burst50", 3), ("fresh_cache", 3), ("fresh_nocache", 3), ("poisson", 3), ("prefix_cache", 3),
+        ("prefix_nocache", 3),
     ]
 
 
