@@ -56,7 +56,7 @@ def detect(ctx: DetectorContext) -> dict:
     k = int(p["cold_requests"])
     cached = "coalesce(cached_tokens, 0)"
     ctx.con.execute(f"""
-        CREATE OR REPLACE TEMP VIEW sl007_ranked AS
+        CREATE OR REPLACE TEMP TABLE sl007_ranked AS
         WITH s AS (SELECT * FROM (VALUES {values}) AS v(i, t_start)),
              b AS (SELECT i, t_start, lead(t_start) OVER (ORDER BY t_start) AS t_next FROM s)
         SELECT b.i, b.t_start, r.*, {latency} AS lat,

@@ -35,12 +35,17 @@ CONTEXT_ERROR = ("(lower(coalesce(error_type, '')) LIKE '%context%' OR lower(coa
 
 
 def _attempts_sql(run: str) -> str:
-    """Every attempt of the run with its trace's first attempt and the attempt before it (window functions)."""
+    """The attempts of the run's multi-attempt traces, each with its trace's first attempt and the attempt before it
+    (window functions); single-attempt traces hold no fallback and are read from scope_requests."""
     return f"""
-        CREATE OR REPLACE TEMP VIEW sl005_attempts AS
-        WITH a AS (
-            SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at FROM requests
-            WHERE run = {sql_literal(run)} AND trace_id IS NOT NULL),
+        CREATE OR REPLACE TEMP TABLE sl005_attempts AS
+        WITH multi AS (
+            -- only traces that can hold a fallback: several attempts, or a fallback_from (a SpendLogs row)
+            SELECT trace_id FROM requests WHERE run = {sql_literal(run)} AND trace_id IS NOT NULL
+            GROUP BY trace_id HAVING count(*) > 1 OR count(fallback_from) > 0),
+        a AS (
+            SELECT r.*, coalesce(t_arrival, t_first_token, t_end) AS t_at FROM requests r JOIN multi USING (trace_id)
+            WHERE r.run = {sql_literal(run)}),
         o AS (
             SELECT *, row_number() OVER w AS k, count(*) OVER (PARTITION BY trace_id) AS tries,
                    first_value(model) OVER w AS first_model, first_value(deployment) OVER w AS first_deployment,
@@ -55,6 +60,20 @@ def _attempts_sql(run: str) -> str:
         SELECT *, (fallback_from IS NOT NULL OR (k > 1 AND model IS DISTINCT FROM first_model)) AS is_fallback,
                coalesce(fallback_from, first_model) AS origin_model
         FROM o"""
+
+
+def _attempts(ctx: DetectorContext, run: str) -> None:
+    """Materialise the run's attempts once and reuse them for every scope of the run (the window functions over the
+    whole run are the expensive part); rebuilt when the run's rows change (count and last source differ)."""
+    stamp = ctx.one(f"""SELECT {sql_literal(run)} || ':' || count(*) || ':' || coalesce(max(source_id), 0)
+                              || ':' || coalesce(CAST(max(source_line) AS VARCHAR), '') AS s
+                       FROM requests WHERE run = {sql_literal(run)}""")["s"]
+    exists = ctx.one("""SELECT count(*) AS n FROM duckdb_tables()
+                        WHERE temporary AND table_name = 'sl005_attempts_stamp'""")["n"]
+    if exists and ctx.one("SELECT max(stamp) AS s FROM sl005_attempts_stamp")["s"] == stamp:
+        return
+    ctx.con.execute(_attempts_sql(run))
+    ctx.con.execute("CREATE OR REPLACE TEMP TABLE sl005_attempts_stamp AS SELECT ? AS stamp", [stamp])
 
 
 def _interval(seconds: float) -> str:
@@ -76,8 +95,11 @@ def detect(ctx: DetectorContext) -> dict:
                                  count(fallback_from) AS marked,
                                  count(DISTINCT trace_id) AS traces
                           FROM requests WHERE run = {sql_literal(run)}""")
-    ctx.con.execute(_attempts_sql(run))
+    _attempts(ctx, run)
     multi = ctx.one("SELECT count(DISTINCT trace_id) AS n FROM sl005_attempts WHERE tries > 1")["n"]
+    not_fallback = ("NOT EXISTS (SELECT 1 FROM sl005_attempts f WHERE f.is_fallback AND "
+                    "f.request_id IS NOT DISTINCT FROM d.request_id AND f.source_id IS NOT DISTINCT FROM d.source_id "
+                    "AND f.source_line IS NOT DISTINCT FROM d.source_line)")
     if not markers["marked"] and not multi:
         # No trace with a second attempt and no fallback_from: fine when nothing failed (fallbacks follow failures),
         # unknown when attempts failed, since some sources give each attempt its own trace.
@@ -97,9 +119,9 @@ def detect(ctx: DetectorContext) -> dict:
              -- the target's own (non-fallback) attempts around each fallback: was it failing at the same time?
              around AS (SELECT fb.request_id, fb.trace_id, count(d.request_id) AS n,
                                count(CASE WHEN {failed('d')} THEN 1 END) AS failed_n
-                        FROM fb LEFT JOIN sl005_attempts d
-                          ON {_in_scope(ctx, 'd')} AND NOT d.is_fallback
-                         AND d.t_at BETWEEN fb.t_at - {_interval(window)} AND fb.t_at + {_interval(window)}
+                        FROM fb LEFT JOIN scope_requests d
+                          ON d.t_at BETWEEN fb.t_at - {_interval(window)} AND fb.t_at + {_interval(window)}
+                         AND {not_fallback}
                         GROUP BY fb.request_id, fb.trace_id)
         SELECT count(*) AS fallbacks, count(CASE WHEN {KNOWN_OUTCOME} THEN 1 END) AS known,
                count(CASE WHEN {FAILED} THEN 1 END) AS failed,
@@ -121,19 +143,18 @@ def detect(ctx: DetectorContext) -> dict:
     direct = ctx.one(f"""
         SELECT count(CASE WHEN {KNOWN_OUTCOME} THEN 1 END) AS n,
                count(CASE WHEN {FAILED} OR finish_reason = 'length' THEN 1 END) AS bad
-        FROM sl005_attempts WHERE {me} AND NOT is_fallback""")
+        FROM scope_requests d WHERE {not_fallback}""")
     # As a pool member: this scope's attempts, and whether their traces were answered elsewhere afterwards.
     pool = ctx.one(f"""
-        WITH mine AS (SELECT trace_id, min(t_at) AS t_first_here, count(*) AS n,
-                             count(CASE WHEN {FAILED} THEN 1 END) AS failed
-                      FROM sl005_attempts WHERE {me} GROUP BY trace_id),
+        WITH mine AS (SELECT trace_id, min(t_at) AS t_first_here FROM sl005_attempts WHERE {me} GROUP BY trace_id),
+             here AS (SELECT count(*) AS n, count(CASE WHEN {FAILED} THEN 1 END) AS failed FROM scope_requests),
              answered AS (SELECT m.trace_id, min(a.t_at) AS t_answer_start, min(a.t_end) AS t_answer_end,
                                  min(m.t_first_here) AS t_first_here
                           FROM mine m JOIN sl005_attempts a ON a.trace_id = m.trace_id
                           WHERE NOT {_in_scope(ctx, 'a')} AND a.t_at >= m.t_first_here AND NOT {failed('a')}
                           GROUP BY m.trace_id),
              added AS (SELECT date_diff('microsecond', t_first_here, t_answer_start) / 1e6 AS added_s FROM answered)
-        SELECT (SELECT sum(n) FROM mine) AS attempts, (SELECT sum(failed) FROM mine) AS failed,
+        SELECT (SELECT n FROM here) AS attempts, (SELECT failed FROM here) AS failed,
                (SELECT count(*) FROM mine) AS traces, (SELECT count(*) FROM answered) AS answered_elsewhere,
                (SELECT {q('added_s', 0.5)} FROM added) AS added_p50_s, (SELECT max(added_s) FROM added) AS added_max_s""")
     failed_share = (pool["failed"] or 0) / pool["attempts"] if pool["attempts"] else None
@@ -162,8 +183,8 @@ def detect(ctx: DetectorContext) -> dict:
     if inbound["mismatched"] >= p["min_mismatches"]:
         problems.append(f"{inbound['mismatched']} of {inbound['fallbacks']} fallback(s) from {inbound['origins']} "
                         f"failed or ended by length with a smaller contract than the request asked for "
-                        f"({inbound['smaller_cap']} with a smaller max_tokens, {inbound['context_short']} short of "
-                        f"context)")
+                        f"({inbound['smaller_cap']} of the {inbound['fallbacks']} got a smaller max_tokens, "
+                        f"{inbound['context_short']} a context short of the prompt)")
     elif worse_than_direct:
         problems.append(f"fallbacks from {inbound['origins']} failed or ended by length {pct(fb_bad_share)} of the "
                         f"time against {pct(direct_bad_share)} for this model's own requests")

@@ -46,7 +46,7 @@ def detect(ctx: DetectorContext) -> dict:
     prefill_end = ("CASE WHEN ttft_s IS NOT NULL THEN t_arrival + " + _seconds("ttft_s") + " ELSE t_arrival + " +
                    _seconds("coalesce(queue_s, 0) + prefill_s") + " END")
     ctx.con.execute(f"""
-        CREATE OR REPLACE TEMP VIEW sl008_short AS
+        CREATE OR REPLACE TEMP TABLE sl008_short AS
         SELECT s.*, t_arrival + {_seconds('ttft_s')} AS t_ft,
                CASE WHEN prompt_tokens <= 16 THEN 16 ELSE CAST(pow(2, ceil(log2(prompt_tokens))) AS BIGINT) END AS band,
                EXISTS (SELECT 1 FROM (
