@@ -22,7 +22,13 @@ from servlens.compare.policy import DEFAULT_BY, LATENCY_METRICS, Gate, Policy, l
 from servlens.errors import ConfigError, InputError
 
 SCHEMA_VERSION = 1
-CHART_LEVELS = (1, 2, 5, 10, 20, 25, 30, 40, 50, 60, 70, 75, 80, 85, 90, 95, 97.5, 99, 99.5, 99.9)
+# Gate charts: a CDF of at most CDF_MAX_POINTS points a series; past that, the bins where the CDF crosses these
+# levels (1% steps to p90, then finer and finer in the tail the p99 gates judge: 137 levels).
+CDF_MAX_POINTS = 160
+CDF_LEVELS = np.r_[0.001, 0.005, np.arange(1, 91) / 100,          # 0.1%, 0.5%, 1% … 90% by 1%
+                   np.arange(181, 199) / 200,                        # 90.5% … 99% by 0.5%
+                   np.arange(1981, 1999) / 2000,                     # 99.05% … 99.9% by 0.05%
+                   np.arange(9991, 10000) / 10000]                   # 99.91% … 99.99% by 0.01%
 MAX_COHORT_ROWS = 200        # per-cohort summaries kept in the document (largest first)
 MAX_GATE_COHORTS = 40        # per-cohort diagnostics inside one gate
 VERDICT_EXIT = {"pass": 0, "fail": 1, "inconclusive": 3}
@@ -211,7 +217,7 @@ def _latency_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, s
             boot = _boot(cache, ("boot", gate.metric, keys, int(c)), cb, ca, w, values, qs, policy, seed)
             _fill_latency(r, cb, ca, w, values, gate, boot[:, qi], int(n[0, c]), int(n[1, c]))
             r["coverage"] = {"before": _r(n[0, c] / total_b), "after": _r(n[1, c] / total_a)}
-            r["chart"] = _quantile_chart(r, cb, ca, w, values, human)
+            r["chart"] = _distribution_chart(r, cb, ca, w, values, human, gate)
             out.append(r)
         if not out:
             base["cohort"] = "each cohort"
@@ -249,7 +255,7 @@ def _latency_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, s
                                 f"run's {human} requests are in cohorts present in both runs (policy minimum "
                                 f"{policy.min_coverage:.0%})")
     base["cohorts"] = _gate_cohorts(hist, compared, values, gate)
-    base["chart"] = _quantile_chart(base, cb, ca, w, values, human)
+    base["chart"] = _distribution_chart(base, cb, ca, w, values, human, gate)
     return [base]
 
 
@@ -319,19 +325,59 @@ def _gate_cohorts(hist, compared, values, gate) -> list[dict]:
     return rows
 
 
-def _quantile_chart(r, cb, ca, w, values, human) -> dict:
-    n = min(cb.sum(), ca.sum())
-    levels = [lv for lv in CHART_LEVELS if n * (1 - lv / 100) >= 5] or [50]
-    qs = [lv / 100 for lv in levels]
-    before = values[stats.mixture_quantile_index(cb, w, qs)]
-    after = values[stats.mixture_quantile_index(ca, w, qs)]
+def _cdf_points(counts: np.ndarray, weights: np.ndarray, values: np.ndarray) -> tuple[list, list]:
+    """The mixture's empirical CDF Σ_c w_c·F_c as (latency, cumulative share) points, at most CDF_MAX_POINTS.
+
+    With few distinct bins every bin is a point, so the chart is the exact CDF of the binned data; with more, the
+    bins where the CDF crosses CDF_LEVELS (1% steps, finer in the tail) are kept, so the tail the gates judge keeps
+    its shape. The zero bin (a latency of exactly 0) has no place on a log axis: it counts in the shares but is not
+    drawn.
+    """
+    n = counts.sum(axis=1, keepdims=True).astype(np.float64)
+    share = np.divide(counts, n, out=np.zeros(counts.shape, dtype=np.float64), where=n > 0)
+    mix = weights @ share
+    cdf = np.cumsum(mix)
+    if cdf.size == 0 or cdf[-1] <= 0:
+        return [], []
+    cdf /= cdf[-1]
+    present = np.flatnonzero((mix > 0) & (values > 0))
+    if len(present) > CDF_MAX_POINTS:
+        picks = np.searchsorted(cdf, CDF_LEVELS - 1e-12)
+        present = np.unique(np.r_[present[0], np.minimum(picks, len(cdf) - 1), present[-1]])
+        present = present[(mix[present] > 0) & (values[present] > 0)]
+    return [_r(v) for v in values[present]], [_r(min(y, 1.0)) for y in cdf[present]]
+
+
+def _distribution_chart(r, cb, ca, w, values, human, gate: Gate) -> dict:
+    """Before and after (mix-adjusted) CDFs on a log latency axis, with the gated quantile and its tolerance.
+
+    The horizontal line is the gate's quantile level (0.99 for p99); the vertical lines are the before run's value
+    there and the tolerance limit(s): where the after curve crosses the horizontal line right of the limit, the
+    estimate is beyond the tolerance. The share axis is logit-scaled (charts draw y_logit), so p50, p90 and p99 are
+    evenly spaced and a p99 gate is not squeezed into the top pixel.
+    """
     adjusted = "" if len(w) == 1 else " (mix-adjusted)"
     where = f" — {r['cohort']}" if r["per_cohort"] else ""
-    return {"type": "line", "title": f"{human} quantiles, before vs after{adjusted}{where}",
-            "x_label": "percentile", "y_label": f"{human} (s)", "x_time": False, "x_log": False, "y_log": True,
-            "series": [{"name": "before", "x": levels, "y": [_r(v) for v in before]},
-                       {"name": f"after{adjusted}", "x": levels, "y": [_r(v) for v in after]}],
-            "hlines": [], "vspans": []}
+    bx, by = _cdf_points(cb, w, values)
+    ax, ay = _cdf_points(ca, w, values)
+    q, before_q = gate.quantile, r["before"]
+    stat = gate.statistic
+    vlines = []
+    if before_q is not None and before_q > 0:
+        vlines.append({"x": before_q, "label": f"before {stat} {_secs(before_q)}", "style": "reference"})
+        size = gate.tolerance_text()[1:]            # "10%" (the sign is the gate's direction)
+        signs = {"increase": (1,), "decrease": (-1,), "either": (-1, 1)}[gate.direction]
+        for sign in signs:
+            limit = before_q * (1 + sign * gate.tolerance)
+            if limit > 0:
+                vlines.append({"x": _r(limit), "label": f"{'+' if sign > 0 else '−'}{size} tolerance {_secs(limit)}",
+                               "style": "threshold"})
+    return {"type": "cdf", "title": f"{human} distribution, before vs after{adjusted}{where}",
+            "x_label": f"{human} (s, log scale)", "y_label": "share of requests ≤ x",
+            "x_time": False, "x_log": True, "y_log": False, "y_logit": True,
+            "series": [{"name": "before", "x": bx, "y": by},
+                       {"name": f"after{adjusted}", "x": ax, "y": ay}],
+            "hlines": [{"y": q, "label": stat, "style": "reference"}], "vlines": vlines, "vspans": []}
 
 
 # ------------------------------------------------------------------------------------------------ rate gates

@@ -1,7 +1,9 @@
 """CHART dicts (docs/CONTRIBUTING.md) → inline SVG, drawn with matplotlib's SVG backend.
 
 A CHART is data, never pixels: {"type": line|step|bar|scatter|cdf, "title", "x_label", "y_label", "x_time",
-"x_log", "y_log", "series": [{"name", "x", "y"}], "hlines": [{"y", "label"}], "vspans": [{"x0", "x1", "label"}]}.
+"x_log", "y_log", "y_logit", "series": [{"name", "x", "y"}], "hlines": [{"y", "label", "style"}],
+"vlines": [{"x", "label", "style"}], "vspans": [{"x0", "x1", "label"}]}. A line's style is "threshold" (the
+default: a limit that matters, drawn red and dashed) or "reference" (a value to read against, drawn grey).
 
 The SVG goes straight into a self-contained HTML page, so it must not reference anything outside itself: no XML
 prolog or DOCTYPE (the DTD is a URL), no RDF metadata, text kept as text (svg.fonttype 'none', so no font files),
@@ -32,6 +34,12 @@ CHART_HEIGHT_IN = 3.4
 # A colour-blind-safe palette (Okabe–Ito), in a fixed order so the same series keeps its colour across a report.
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
 HLINE_COLOURS = ["#B00020", "#6A1B9A", "#37474F"]
+# Reference lines (a before value, a quantile level) are grey and differ by dash pattern, so the red of a threshold
+# stays the one line that reads as a limit.
+REFERENCE_COLOUR = "#4B5563"
+REFERENCE_DASHES = [":", "-."]
+# A logit share axis (y_logit) is labelled at these shares, as percentages.
+LOGIT_TICKS = (0.001, 0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
 
 _RC = {
     "svg.fonttype": "none",
@@ -101,7 +109,7 @@ LEGEND_INSIDE_MAX = 3
 def _legend_labels(chart: dict) -> list[str]:
     """The legend entries a chart will have: series, then distinct threshold and span labels."""
     labels = [str(s.get("name") or "") for s in (chart.get("series") or [])[:MAX_SERIES] if isinstance(s, dict)]
-    for key in ("hlines", "vspans"):
+    for key in ("hlines", "vlines", "vspans"):
         labels += list(dict.fromkeys(str(item.get("label") or "") for item in chart.get(key) or []
                                      if isinstance(item, dict) and item.get("label")))
     return labels
@@ -217,6 +225,7 @@ def _draw(axes, chart: dict, relative_clock: bool, legend_below: bool = False) -
     all_y_min = [math.inf]
     bar_count = sum(1 for s in series_list) if kind == "bar" else 0
     all_x: list[float] = []
+    series_lines: list = []
     for index, series in enumerate(series_list):
         xs, ys = _series_points(chart, series, x_time)
         if not xs:
@@ -246,9 +255,10 @@ def _draw(axes, chart: dict, relative_clock: bool, legend_below: bool = False) -
         elif kind == "scatter":
             axes.scatter(xs, ys, s=9, color=colour, label=label, alpha=0.75, linewidths=0)
         elif kind in ("step", "cdf"):
-            axes.step(xs, ys, where="post", color=colour, label=label)
+            series_lines += axes.step(xs, ys, where="post", color=colour, label=label)
         else:
-            axes.plot(xs, ys, color=colour, label=label, marker="o" if len(xs) <= 24 else None, markersize=3)
+            series_lines += axes.plot(xs, ys, color=colour, label=label, marker="o" if len(xs) <= 24 else None,
+                                      markersize=3)
         if not isinstance(xs[0], str):
             all_x.extend((xs[0], xs[-1]))
         all_y_min[0] = min(all_y_min[0], min(ys))
@@ -273,17 +283,32 @@ def _draw(axes, chart: dict, relative_clock: bool, legend_below: bool = False) -
             axes.axvspan(x0, x1, color=colour, alpha=0.2, linewidth=0, label=label)
         all_x.extend((x0, x1))
 
-    for index, line in enumerate(chart.get("hlines") or []):
-        if not isinstance(line, dict) or _number(line.get("y")) is None:
-            continue
-        axes.axhline(_number(line.get("y")), color=HLINE_COLOURS[index % len(HLINE_COLOURS)], linestyle="--",
-                     linewidth=1.1, label=_text(line.get("label")) or None)
+    logit = bool(chart.get("y_logit")) and bool(series_lines)
+    threshold_index = 0
+    reference_index = 0
+    for key, draw_line, convert in (("hlines", axes.axhline, _number),
+                                    ("vlines", axes.axvline, _parse_time if x_time else _number)):
+        for line in chart.get(key) or []:
+            value = convert(line.get("y" if key == "hlines" else "x")) if isinstance(line, dict) else None
+            if value is None or (logit and key == "hlines" and not 0 < value < 1):
+                continue
+            if line.get("style") == "reference":
+                colour, dashes = REFERENCE_COLOUR, REFERENCE_DASHES[reference_index % len(REFERENCE_DASHES)]
+                reference_index += 1
+            else:
+                colour, dashes = HLINE_COLOURS[threshold_index % len(HLINE_COLOURS)], "--"
+                threshold_index += 1
+            draw_line(value, color=colour, linestyle=dashes, linewidth=1.1, label=_text(line.get("label")) or None)
+            if key == "vlines":
+                all_x.append(value)
 
     if drawn == 0:
         notes.append("no data points to draw")
         axes.text(0.5, 0.5, "no data", transform=axes.transAxes, ha="center", va="center", color="#6b7280")
 
-    if kind == "cdf":
+    if logit:
+        _logit_share_axis(axes, chart, series_lines)
+    elif kind == "cdf":
         axes.set_ylim(0, 1.02)
     elif not chart.get("y_log") and drawn and axes.get_ylim()[0] > 0 and all_y_min[0] >= 0:
         # Counts, rates and latencies read against zero; an axis starting at 3.4 exaggerates a wobble.
@@ -317,6 +342,37 @@ def _draw(axes, chart: dict, relative_clock: bool, legend_below: bool = False) -
         points = sum(min(len(s.get("x") or []), MAX_POINTS_PER_SERIES) for s in series_list)
         axes.legend(loc="best" if points <= 1000 else "upper left")
     return notes
+
+
+def _logit_share_axis(axes, chart: dict, series_lines: list) -> None:
+    """Shares on a logit axis: p50, p90, p99 and p99.9 evenly spaced, so a tail quantile is not squeezed into the
+    top pixel of a linear 0–1 axis. The axis runs from 1% to 99% (99.9% when the data reach it, and wider for a
+    line drawn outside that), and points at exactly 0 or 1 (the first and last step of an empirical CDF) are
+    drawn on the edge instead of at infinity."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    inner = [y for line in series_lines for y in line.get_ydata() if 0 < y < 1]
+    lines = [_number(item.get("y")) for item in chart.get("hlines") or [] if isinstance(item, dict)]
+    lines = [y for y in lines if y is not None and 0 < y < 1]
+    bottom = min([0.01, *lines])
+    top = max([0.99, *lines, *(y for y in inner if y <= 0.9999)])
+    top = 0.999 if 0.99 < top <= 0.999 else min(top, 0.9999)
+
+    def logit(p):
+        return math.log(p / (1 - p))
+
+    def expit(v):
+        return 1 / (1 + math.exp(-v))
+
+    pad = 0.05 * (logit(top) - logit(bottom))
+    low, high = expit(logit(bottom) - pad), expit(logit(top) + pad)
+    for line in series_lines:
+        line.set_ydata([min(max(float(y), low), high) for y in line.get_ydata()])
+    axes.set_yscale("logit")
+    axes.set_ylim(low, high)
+    axes.yaxis.set_major_locator(FixedLocator([t for t in LOGIT_TICKS if low <= t <= high]))
+    axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{100 * value:g}%"))
+    axes.yaxis.set_minor_locator(NullLocator())
 
 
 def _positive(axes, which: str) -> bool:

@@ -233,10 +233,17 @@ def test_document_shape_is_stable_and_bounded(con):
         assert ("ratio" in g) != ("diff" in g)
         chart = g["chart"]
         if chart:
-            assert chart["type"] in ("line", "bar")
+            assert chart["type"] == ("cdf" if g["kind"] == "latency" else "bar")
             assert all(len(s["x"]) == len(s["y"]) <= 300 for s in chart["series"])
-    ttft = gate(doc, "ttft_p99")["chart"]
-    assert ttft["y_log"] is True and [s["name"] for s in ttft["series"]] == ["before", "after (mix-adjusted)"]
+    p99 = gate(doc, "ttft_p99")
+    ttft = p99["chart"]
+    assert ttft["x_log"] is True and ttft["y_logit"] is True
+    assert [s["name"] for s in ttft["series"]] == ["before", "after (mix-adjusted)"]
+    assert ttft["hlines"] == [{"y": 0.99, "label": "p99", "style": "reference"}]
+    assert ttft["vlines"] == [
+        {"x": p99["before"], "label": f"before p99 {p99['before'] * 1000:.3g} ms", "style": "reference"},
+        {"x": pytest.approx(p99["before"] * 1.1, rel=1e-5),
+         "label": f"+10% tolerance {p99['before'] * 1100:.3g} ms", "style": "threshold"}]
     assert doc["cohorts"][0]["latency"]["ttft"]["before"]["p50"] > 0
     assert doc["method"]["binning_error"] == ("latencies binned on a log scale, bins 0.5% wide: each quantile "
                                               "within ±0.25%, each ratio within ±0.5%; latency intervals are widened by "
@@ -271,3 +278,35 @@ def test_many_per_cohort_gates_can_still_fail(con):
     assert len(failed) >= 24                     # every model's large cohorts
     assert all(g["p_value_holm"] <= 0.05 for g in failed)
     assert doc["verdict"] == "fail"
+
+
+def test_gate_chart_is_the_cdf_of_the_histograms():
+    """The before series is the run's empirical CDF: with few distinct values, every value is a point and its
+    share is exact; the after series is re-weighted to the before run's cohort mix."""
+    from servlens.compare.engine import _cdf_points
+    from servlens.compare.stats import bin_values
+
+    bins = np.array([-10**6, 0, 100, 200])          # the zero bin, then values 1.0, 1.65, 2.72 s (bin midpoints)
+    values = bin_values(bins)
+    counts = np.array([[1, 3, 0, 6],                 # cohort A: 10 requests
+                       [0, 0, 4, 0]])                # cohort B: 4 requests
+    x, y = _cdf_points(counts, np.array([0.5, 0.5]), values)
+    # the zero bin counts in the shares (5% of A's half) but has no place on a log axis
+    assert x == [round(values[1], 5), round(values[2], 5), round(values[3], 5)]
+    assert y == [pytest.approx(0.2), pytest.approx(0.7), 1.0]
+    x, y = _cdf_points(counts, np.array([1.0, 0.0]), values)
+    assert y == [pytest.approx(0.4), 1.0] and len(x) == 2
+
+
+def test_gate_chart_stays_bounded_and_keeps_the_tail():
+    from servlens.compare.engine import CDF_MAX_POINTS, _cdf_points
+    from servlens.compare.stats import bin_values
+
+    rng = np.random.default_rng(3)
+    bins = np.arange(-1500, 1500)
+    counts = rng.integers(1, 50, size=(1, len(bins)))
+    x, y = _cdf_points(counts, np.ones(1), bin_values(bins))
+    assert len(x) <= CDF_MAX_POINTS and x == sorted(x) and y == sorted(y) and y[-1] == 1.0
+    # every level the gates judge is within one level step of a drawn point
+    for q, step in ((0.5, 0.01), (0.9, 0.005), (0.99, 0.0005), (0.999, 0.0001)):
+        assert min(abs(v - q) for v in y) <= step, q

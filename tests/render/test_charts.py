@@ -104,3 +104,70 @@ def test_a_reports_charts_render_in_under_a_second():
             chart_svg(chart, f"c{index}")
         timings.append(time.process_time() - start)
     assert min(timings) < 1.0, timings
+
+
+def gate_cdf(**overrides) -> dict:
+    """A compare gate chart as servlens/compare/engine.py writes it: CDFs on a log x axis, a logit share axis."""
+    before = [0.05 * 1.05 ** i for i in range(100)]
+    chart = {"type": "cdf", "title": "TTFT distribution, before vs after", "x_label": "TTFT (s, log scale)",
+             "y_label": "share of requests ≤ x", "x_time": False, "x_log": True, "y_log": False, "y_logit": True,
+             "series": [{"name": "before", "x": before, "y": [(i + 1) / 100 for i in range(100)]},
+                        {"name": "after", "x": [v * 1.3 for v in before], "y": [(i + 1) / 100 for i in range(100)]}],
+             "hlines": [{"y": 0.99, "label": "p99", "style": "reference"}],
+             "vlines": [{"x": 6.0, "label": "before p99 6 s", "style": "reference"},
+                        {"x": 6.6, "label": "+10% tolerance 6.6 s", "style": "threshold"}],
+             "vspans": []}
+    chart.update(overrides)
+    return chart
+
+
+def _drawn_axes(chart: dict):
+    from matplotlib.figure import Figure
+
+    from servlens.render.charts import _draw
+
+    axes = Figure().add_subplot()
+    notes = _draw(axes, chart, relative_clock=False)
+    return axes, notes
+
+
+def test_gate_cdf_has_a_logit_share_axis_and_its_lines_where_the_data_say():
+    axes, notes = _drawn_axes(gate_cdf())
+    assert notes == []
+    assert axes.get_xscale() == "log" and axes.get_yscale() == "logit"
+    low, high = axes.get_ylim()
+    # 1% … 99% (the data's last share below 1 is 99%), padded by 5% of the logit range on each side
+    assert 0.005 < low < 0.01 and 0.99 < high < 0.995
+    assert [t.get_text() for t in axes.get_yticklabels()] == ["1%", "10%", "50%", "90%", "99%"]
+    lines = {line.get_label(): line for line in axes.get_lines()}
+    # The last step of an empirical CDF (share 1) is drawn on the top edge, not at infinity.
+    assert max(lines["before"].get_ydata()) == high
+    assert list(lines["p99"].get_ydata()) == [0.99, 0.99]
+    assert list(lines["before p99 6 s"].get_xdata()) == [6.0, 6.0]
+    assert list(lines["+10% tolerance 6.6 s"].get_xdata()) == [6.6, 6.6]
+    # a threshold is red and dashed; references are grey, with their own dash patterns
+    tolerance = lines["+10% tolerance 6.6 s"]
+    assert tolerance.get_color() == "#B00020" and tolerance.get_linestyle() == "--"
+    assert lines["p99"].get_color() == lines["before p99 6 s"].get_color() == "#4B5563"
+    assert lines["p99"].get_linestyle() != lines["before p99 6 s"].get_linestyle()
+
+
+def test_gate_cdf_svg_names_every_line_in_the_legend():
+    svg, notes = chart_svg(gate_cdf(), "c1")
+    assert notes == []
+    for label in ("before", "after", "p99", "before p99 6 s", "+10% tolerance 6.6 s", "99%", "share of requests ≤ x"):
+        assert f">{label}<" in svg, label
+
+
+def test_logit_axis_reaches_99_9_percent_when_the_data_do_and_drops_lines_it_cannot_draw():
+    shares = [(i + 1) / 2000 for i in range(2000)]
+    chart = gate_cdf(series=[{"name": "before", "x": [0.01 * 1.002 ** i for i in range(2000)], "y": shares}],
+                     hlines=[{"y": 0.999, "label": "p99.9"}, {"y": 1.5, "label": "not a share"}], vlines=[])
+    axes, _ = _drawn_axes(chart)
+    low, high = axes.get_ylim()
+    assert 0.999 < high < 0.9995
+    assert [t.get_text() for t in axes.get_yticklabels()][-1] == "99.9%"
+    assert "not a share" not in [line.get_label() for line in axes.get_lines()]
+    # without y_logit a cdf keeps its linear 0–1 axis
+    axes, _ = _drawn_axes(gate_cdf(y_logit=False))
+    assert axes.get_yscale() == "linear" and axes.get_ylim() == (0, 1.02)
