@@ -217,7 +217,9 @@ def _lengths(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
             WHERE completion_tokens IS NOT NULL AND {shown})
         GROUP BY 1, 2, 3 ORDER BY 1 DESC, 2, 3""")
     if hist:
-        bands = sorted({row["band"] for row in hist})
+        present = {row["band"] for row in hist}
+        # Every band between the shortest and the longest, empty ones too, so the x axis is not distorted.
+        bands = [b for b in BAND_EDGES if min(present) <= b <= max(present)]
         series = []
         for kind, model in dict.fromkeys((row["kind"], row["model"]) for row in hist):
             counts = {row["band"]: row["n"] for row in hist if row["kind"] == kind and row["model"] == model}

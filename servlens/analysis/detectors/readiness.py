@@ -130,14 +130,15 @@ def detect(ctx: DetectorContext) -> dict:
         SELECT {spec.index_sql()} AS w, count(*) AS n, count(*) FILTER (WHERE {READINESS_ERROR}) AS errors
         FROM scope_requests WHERE t_at IS NOT NULL GROUP BY 1 ORDER BY 1""")
     x = [iso(spec.start(r["w"])) for r in series_rows]
-    vspans = [{"x0": iso(j["t"]), "x1": iso(j["t"] + timedelta(seconds=ready_s)), "label": f"first {ready_s:g} s after {j['kind']}"}
-              for j in fired]
+    last = ctx.one("SELECT max(t_at) AS t FROM scope_requests")["t"]
+    # The early period, cut at the last request so the time axis covers the data, not an empty 5 minutes after it.
+    vspans = [{"x0": iso(j["t"]), "x1": iso(min(j["t"] + timedelta(seconds=ready_s), last)),
+               "label": f"first {ready_s:g} s after {j['kind']}"} for j in fired]
     the_chart = chart("bar", "Requests and readiness errors per window", "time", "requests",
                       [{"name": "requests", "x": x, "y": [r["n"] for r in series_rows]},
                        {"name": "readiness errors", "x": x, "y": [r["errors"] for r in series_rows]}],
                       x_time=True, vspans=vspans)
     window_where = f"t_at >= TIMESTAMP '{lo.isoformat(sep=' ')}' AND t_at < TIMESTAMP '{hi.isoformat(sep=' ')}'"
-    last = ctx.one("SELECT max(t_at) AS t FROM scope_requests")["t"]
     result = {
         "state": "fired", "summary": summary,
         "evidence": {"metrics": metrics, "thresholds": thresholds, "table": the_table, "chart": the_chart,
