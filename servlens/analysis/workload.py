@@ -139,7 +139,9 @@ def _rate(con: duckdb.DuckDBPyConnection, t0: datetime, span: float, width: floa
     count = max(1, math.floor(span / width) + 1)
     by_bucket = {row["b"]: row["n"] for row in buckets}
     x = [iso(t0 + timedelta(seconds=i * width)) for i in range(count)]
-    y = [rounded(by_bucket.get(i, 0) / width, 4) for i in range(count)]
+    # The last bucket is cut by the end of the data: its rate is over the time it covers (at least 1 s).
+    covered = [width] * (count - 1) + [max(1.0, min(width, span - (count - 1) * width))]
+    y = [rounded(by_bucket.get(i, 0) / covered[i], 4) for i in range(count)]
     peak_s = max(width, min(PEAK_WINDOW_S, span / 4))
     k = max(1, round(peak_s / width))
     # The peak stretch: k consecutive buckets with the most requests (a sliding sum over at most MAX_BUCKETS numbers).
