@@ -101,9 +101,9 @@ def prefix_plan(cache_prompt: bool, n: int = 40, rate: float = 2.0, seed: int = 
     return _plan(items)
 
 
-def steady_plan(n: int = 50, rate: float = 2.5, seed: int = 21) -> list[PlannedRequest]:
+def steady_plan(n: int = 80, rate: float = 2.5, seed: int = 21) -> list[PlannedRequest]:
     """Poisson arrivals well below what 2 slots serve (a request takes ~0.1-0.4 s); 90% streamed; three quarters
-    of the prompts in one length band (50-90 words, 64-127 tokens) so `compare` has a cohort of 20+ streamed
+    of the prompts in one length band (50-90 words, 64-127 tokens) so `compare` has a cohort of 40+ streamed
     requests a side, the rest short or long. Queueing stays rare, so no window's TTFT p99 should jump."""
     rng = random.Random(seed)
     items = []
