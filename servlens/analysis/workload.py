@@ -406,9 +406,14 @@ def _context_budget(con: duckdb.DuckDBPyConnection, run: str) -> dict:
                         FROM metric_samples WHERE run = {_literal(run)} AND name = 'vllm:cache_config_info'
                         ORDER BY ts DESC LIMIT 1""")
     if cfg and cfg.get("kv_tokens") not in (None, "None"):
-        out |= {"kv_cache_size_tokens": _number(cfg["kv_tokens"]),
-                "kv_cache_max_concurrency": _number(cfg["max_concurrency"]),
+        kv_tokens, max_conc = _number(cfg["kv_tokens"]), _number(cfg["max_concurrency"])
+        out |= {"kv_cache_size_tokens": kv_tokens, "kv_cache_max_concurrency": max_conc,
                 "kv_block_size": _number(cfg["block_size"])}
+        if per_seq is None and kv_tokens and max_conc:
+            # vLLM reports the concurrency its KV cache holds at full length: kv tokens / max_model_len.
+            per_seq = round(kv_tokens / max_conc)
+            out |= {"context_per_sequence": per_seq,
+                    "source": "vLLM cache_config_info: kv_cache_size_tokens / kv_cache_max_concurrency (max_model_len)"}
     if per_seq:
         fit = _one(con, f"""SELECT count(*) AS n,
                                    count(CASE WHEN prompt_tokens > {per_seq} THEN 1 END) AS prompt_over,

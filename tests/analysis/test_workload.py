@@ -169,3 +169,16 @@ def test_analyze_document_and_renderings_carry_the_workload(traces):
     assert "\nWORKLOAD\n" in text and "64% of prompt blocks reusable" in text
     markdown = render_analyze_markdown(doc)
     assert "### Workload" in markdown and "64% of prompt blocks reusable" in markdown
+
+
+def test_vllm_context_per_sequence_from_its_cache_config(shared_data):
+    con = open_store(None)
+    try:
+        ingest_paths(con, [str(shared_data / "real-engine" / "vllm-cpu")])
+        budget = workload_profile(con, ["poisson"])["runs"]["poisson"]["context_budget"]
+    finally:
+        con.close()
+    # --max-model-len 2048: 131,072 KV tokens hold 64 sequences of full length.
+    assert (budget["kv_cache_size_tokens"], budget["kv_cache_max_concurrency"]) == (131072, 64)
+    assert budget["context_per_sequence"] == 2048
+    assert budget["requests_with_prompt_over_budget"] == 0
