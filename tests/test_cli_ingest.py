@@ -197,3 +197,60 @@ def test_metrics_option_reads_scrapes_and_skips_the_rest(tmp_path):
     assert [(s["kind"], s["format"], s["run"]) for s in document["sources"]] == [("metrics", "prometheus-text", "before")]
     reasons = {Path(s["path"]).name: s["reason"] for s in document["skipped"]}
     assert reasons[next(bench.glob("*.json")).name] == "not a Prometheus scrape, OpenMetrics file or query_range JSON"
+
+
+# A format forced onto a file of another shape: one sentence naming what is missing and what to do, nothing stored.
+SAMPLE_REQUESTS = Path(__file__).resolve().parents[1] / "sample_logs" / "steady-a" / "requests.jsonl"
+BURSTGPT = TRACES / "burstgpt_v1_first400rows.csv"
+_DETECT = "It looks like {0}: leave out --from to detect it, or name that format.\n"
+_NAME_ONE = ("Name the format that fits with --from NAME (see 'servlens formats'), or describe yours with --profile FILE "
+             "(docs/profiles.md).\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--from", "litellm-spendlogs-csv", str(SAMPLE_REQUESTS)],
+         f"Error: {SAMPLE_REQUESTS} is not in the litellm-spendlogs-csv format: JSON lines, but the litellm-spendlogs-csv "
+         "profile reads CSV. " + _DETECT.format("openai-client-log")),
+        (["--from", "openai-client-log", str(BURSTGPT)],
+         f"Error: {BURSTGPT} is not in the openai-client-log format: CSV, but the openai-client-log profile reads JSON "
+         "lines. " + _DETECT.format("burstgpt-trace")),
+        (["--from", "azure-llm-trace", str(BURSTGPT)],
+         f"Error: {BURSTGPT} is not in the azure-llm-trace format: missing the column(s) the azure-llm-trace profile "
+         "needs: TIMESTAMP, ContextTokens, GeneratedTokens (it has: Timestamp, Model, Request tokens, Response tokens, "
+         "Total tokens, Log Type). " + _DETECT.format("burstgpt-trace")),
+        (["--from", "vllm-bench", str(SAMPLE_REQUESTS)],
+         f"Error: {SAMPLE_REQUESTS} is not in the vllm-bench format: none of its first 50 record(s) has the field(s) the "
+         "vllm-bench profile requires: $.ttfts, $.input_lens, $.output_lens, $.start_times. "
+         + _DETECT.format("openai-client-log")),
+        (["--from", "openai-client-log", "notes.txt"],
+         "Error: @TMP@/notes.txt is not in the openai-client-log format: plain text, not JSON or CSV, but the "
+         "openai-client-log profile reads JSON lines. " + _NAME_ONE),
+        # a CSV without a .csv suffix is read as asked; its header lacks what the profile reads
+        (["--from", "litellm-spendlogs-csv", "burstgpt.txt"],
+         "Error: @TMP@/burstgpt.txt has no column \"status\", which the built-in profile litellm-spendlogs-csv reads. "
+         + _NAME_ONE),
+    ],
+)
+def test_forced_format_on_another_shape_exits_2_with_one_sentence(tmp_path, args, message):
+    (tmp_path / "notes.txt").write_text("not a log\n")
+    (tmp_path / "burstgpt.txt").write_text("\n".join(BURSTGPT.read_text().splitlines()[:5]) + "\n")
+    done = servlens(tmp_path, "ingest", *args)
+    assert done.returncode == 2, done.stdout
+    assert done.stderr == message.replace("@TMP@", str(tmp_path.resolve()))
+    assert "Traceback" not in done.stderr and "Binder Error" not in done.stderr
+    runs = servlens(tmp_path, "runs", "--format", "json")
+    assert json.loads(runs.stdout)["runs"] == []  # nothing stored
+
+
+def test_forced_format_on_a_folder_skips_the_files_of_other_shapes(tmp_path):
+    folder = Path(__file__).resolve().parents[1] / "sample_logs" / "steady-a"
+    done = servlens(tmp_path, "ingest", "--from", "litellm-spendlogs-csv", str(folder), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    skipped = {Path(s["path"]).name: s["reason"] for s in document["skipped"]}
+    assert skipped["requests.jsonl"] == ("not readable as litellm-spendlogs-csv: JSON lines, but the "
+                                         "litellm-spendlogs-csv profile reads CSV")
+    assert skipped["README.md"] == "not readable as litellm-spendlogs-csv: plain text, not JSON or CSV"
+    assert [s["kind"] for s in document["sources"]] == ["metrics"] * 21

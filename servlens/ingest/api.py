@@ -125,13 +125,7 @@ def _plan(path: Path, named: bool, profiles: list[Profile], forced: Profile | No
         return _Plan(path, named, "engine_info", engine_info=engine_info)
     sample = sample_file(path)
     if forced is not None:
-        score, _, missing = score_profile(forced, sample, path.name)
-        fits = forced.reader == sample.shape or (
-            forced.reader in ("json", "jsonl") and sample.shape in ("json", "jsonl")
-        )
-        if fits or named:
-            return _Plan(path, named, "requests", profile=forced, sample=sample)
-        return _Plan(path, named, "skip", sample=sample, reason=f"not readable as {forced.name} ({sample.problem or sample.shape})")
+        return _plan_forced(path, named, profiles, forced, sample)
     result = sniff(path, profiles, sample)
     if result.profile is not None:
         return _Plan(path, named, "requests", profile=result.profile, sample=sample)
@@ -142,6 +136,46 @@ def _plan(path: Path, named: bool, profiles: list[Profile], forced: Profile | No
     if result.nearest:
         reason += f"; nearest: {result.nearest}"
     return _Plan(path, named, "skip", sample=sample, reason=reason)
+
+
+_SHAPES = {"jsonl": "JSON lines", "json": "a JSON document", "csv": "CSV", "parquet": "Parquet"}
+_READS = {"jsonl": "JSON lines", "json": "JSON documents", "csv": "CSV", "parquet": "Parquet"}
+
+
+def _plan_forced(path: Path, named: bool, profiles: list[Profile], forced: Profile, sample: FileSample) -> _Plan:
+    """A profile named with --from / --profile. A file whose shape or fields show it is not in that format: a file the
+    user named is an error (one sentence naming what is missing); one found in a folder is skipped with the reason.
+    A file whose shape could not be told (a CSV without a .csv suffix, say) is read with the profile as asked."""
+    fits = forced.reader == sample.shape or (forced.reader in ("json", "jsonl") and sample.shape in ("json", "jsonl"))
+    known_shape = sample.shape in _SHAPES and not sample.problem
+    problem = None
+    if known_shape and not fits:
+        problem = f"{_SHAPES[sample.shape]}, but the {forced.name} profile reads {_READS[forced.reader]}"
+    elif known_shape:
+        score, _, missing = score_profile(forced, sample, path.name)
+        if missing and sample.shape in ("csv", "parquet"):
+            problem = (f"missing the column(s) the {forced.name} profile needs: {', '.join(missing[:6])}"
+                       f"{', …' if len(missing) > 6 else ''} (it has: {', '.join(sample.header[:8])}"
+                       f"{', …' if len(sample.header) > 8 else ''})")
+        elif missing:
+            problem = (f"none of its first {len(sample.records)} record(s) has the field(s) the {forced.name} profile "
+                       f"requires: {', '.join(missing[:6])}")
+    # Text that is not JSON (sniffing reads JSON by content, whatever the suffix) or bytes that are not text cannot
+    # be JSON records; only a CSV profile may read text (a CSV with another suffix).
+    if problem is None and sample.shape in ("text", "binary") and (forced.reader != "csv" or sample.shape == "binary"):
+        problem = f"{sample.problem or sample.shape}, but the {forced.name} profile reads {_READS[forced.reader]}"
+    if problem is None and not known_shape and not fits and not named:
+        problem = sample.problem or f"{sample.shape or 'empty'}, not {_READS[forced.reader]}"
+    if problem is None:
+        return _Plan(path, named, "requests", profile=forced, sample=sample)
+    if not named:
+        return _Plan(path, named, "skip", sample=sample, reason=f"not readable as {forced.name}: {problem}")
+    found = sniff(path, [p for p in profiles if p.name != forced.name], sample)
+    if found.profile is not None:
+        hint = f"It looks like {found.profile.name}: leave out --from to detect it, or name that format"
+    else:
+        hint = "Name the format that fits with --from NAME (see 'servlens formats'), or describe yours with --profile FILE (docs/profiles.md)"
+    raise InputError(f"{path} is not in the {forced.name} format: {problem}", hint)
 
 
 def ingest_inputs(

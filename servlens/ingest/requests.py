@@ -5,6 +5,7 @@ DuckDB does the row work (one INSERT ... SELECT per file); Python only decides r
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -266,11 +267,20 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+_MISSING_COLUMN_RE = re.compile(r'Referenced column "((?:[^"]|"")*)" not found')
+
+
 def _profile_error(profile: Profile, path: Path, exc: Exception) -> Exception:
     text = str(exc)
     if "Could not read" in text or "No files found" in text or "decompress" in text.lower() or "zstd" in text.lower():
         return InputError(f"Cannot read {path}: {_first_line(exc)}", "Check that the file is complete and not corrupted")
     origin = "your profile" if not profile.builtin else f"the built-in profile {profile.name}"
+    missing = _MISSING_COLUMN_RE.search(text)
+    if isinstance(exc, duckdb.BinderException) and missing and profile.reader in ("csv", "parquet"):
+        # The file has other columns than the profile reads: a file in another format, not a broken profile.
+        hint = ("Name the format that fits with --from NAME (see 'servlens formats'), or describe yours with --profile "
+                "FILE (docs/profiles.md)") if profile.builtin else "Check the column names in your profile against the file's header"
+        return InputError(f"{path} has no column \"{missing.group(1)}\", which {origin} reads", hint)
     return ConfigError(
         f"Reading {path} with {origin} failed: {_first_line(exc)}",
         "Check the profile's SQL expressions (docs/profiles.md), or pick another format with --from",
