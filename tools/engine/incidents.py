@@ -35,7 +35,7 @@ import requests
 
 from .load import MetricsScraper, PlannedRequest, RequestLog, _send
 from .model import ModelSpec, ensure_model
-from .scenarios import CHAT, _plan, chat_body, poisson_offsets, shared_system_prompt, text
+from .scenarios import CHAT, _plan, chat_body, poisson_offsets, shared_system_prompt
 from .server import ServerConfig, start_server
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, rounded, secs, table
 from servlens.analysis.runner import DetectorContext, sql_literal
 
+
 def failed(alias: str = "") -> str:
     """An attempt that produced no answer: an error status, or a finish by error, timeout or abort."""
     a = f"{alias}." if alias else ""
