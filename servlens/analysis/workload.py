@@ -357,6 +357,9 @@ def _latency(con: duckdb.DuckDBPyConnection, base: dict, width: float) -> dict:
     out: dict[str, Any] = {"per_model": table(
         ["model", "with TTFT", "TTFT p50 (s)", "TTFT p90 (s)", "TTFT p99 (s)", "with TPOT", "TPOT p50 (s)",
          "TPOT p99 (s)", "with e2e", "e2e p50 (s)", "e2e p99 (s)"], [list(r.values()) for r in per_model])}
+    if not base["timed"]:
+        out["note"] = "no arrival, first-token or end times: latency per window is unknown"
+        return out
     column = "ttft_s" if base["with_ttft"] else "e2e_s" if base["with_e2e"] else "tpot_s"
     name = {"ttft_s": "TTFT", "e2e_s": "e2e", "tpot_s": "TPOT"}[column]
     t0 = _one(con, "SELECT min(t_at) AS t0 FROM workload_requests")["t0"]

@@ -182,3 +182,17 @@ def test_vllm_context_per_sequence_from_its_cache_config(shared_data):
     assert (budget["kv_cache_size_tokens"], budget["kv_cache_max_concurrency"]) == (131072, 64)
     assert budget["context_per_sequence"] == 2048
     assert budget["requests_with_prompt_over_budget"] == 0
+
+
+def test_requests_without_any_time_still_get_lengths_and_latency():
+    con = open_store(None)
+    try:
+        con.execute("""INSERT INTO requests (run, request_id, model, prompt_tokens, completion_tokens, ttft_s)
+                       SELECT 'untimed', 'u' || i, 'm', 100 + i, 10, 0.1 * (1 + i % 3) FROM range(12) t(i)""")
+        profile = workload_profile(con, ["untimed"])["runs"]["untimed"]
+    finally:
+        con.close()
+    assert "rate" not in profile and profile["start"] is None
+    assert profile["latency"]["note"] == "no arrival, first-token or end times: latency per window is unknown"
+    assert profile["latency"]["per_model"]["rows"][0][1] == 12
+    assert profile["concurrency"]["note"].startswith("no end times")
