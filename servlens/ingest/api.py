@@ -26,7 +26,7 @@ from servlens.errors import ConfigError, InputError
 from servlens.ingest import sources as src
 from servlens.ingest.engine_info import EngineInfo, apply_engine_info, read_engine_info
 from servlens.ingest.profiles import Profile, builtin_profiles, get_profile, load_profile_file
-from servlens.ingest.requests import SourceResult, ingest_request_file
+from servlens.ingest.requests import SourceResult, column_coverage, ingest_request_file
 from servlens.ingest.sniff import FileSample, sample_file, score_profile, sniff
 
 INGEST_SCHEMA_VERSION = 1
@@ -242,6 +242,7 @@ def ingest_inputs(
     total_bytes = sum(p.path.stat().st_size for p in work)
     bar = _Progress(total_bytes, con) if progress and total_bytes >= PROGRESS_MIN_BYTES else None
     touched: list[str] = []
+    request_results: list[tuple[int, SourceResult]] = []
     try:
         for plan in work:
             if bar:
@@ -251,6 +252,7 @@ def ingest_inputs(
                     con, plan.path, plan.profile, run=run, keep_text=keep_text, strict=strict, start=start_dt, tz=tz,
                     json_multiline=bool(plan.sample and plan.sample.json_multiline),
                 )
+                request_results.append((len(report.sources), result))
                 report.sources.append(result.to_dict())
                 touched.extend(result.runs)
             else:
@@ -271,6 +273,13 @@ def ingest_inputs(
         report.skipped.extend(skipped)
         for entry in entries:
             touched.extend(entry["runs"])
+        # The request logs of those folders now have more columns filled: their coverage is read again.
+        folders = {Path(e["path"]).parent for e in entries}
+        for position, result in request_results:
+            if result.source_ids and Path(result.path).parent in folders:
+                ids = ", ".join(str(int(i)) for i in result.source_ids)
+                result.columns_filled = column_coverage(con, f"source_id IN ({ids})")
+                report.sources[position] = result.to_dict()
     report.runs = list(dict.fromkeys(touched))
     return report
 

@@ -189,6 +189,8 @@ def test_folder_props_reach_every_request_row(con):
     assert (entry["format"], entry["runs"], entry["slots"], entry["n_ctx_per_slot"], entry["requests_annotated"],
             entry["rows"], entry["skipped"]) == ("llamacpp-props", ["mixed"], 4, 2048, 150, 0, False)
     assert report.rows == 150 + 720  # requests + metric samples: the side file adds no rows
+    (requests,) = [s for s in report.sources if s["kind"] == "requests"]
+    assert requests["columns_filled"]["context_window"] == 1.0  # coverage read after the side file applied
     skipped = {Path(s["path"]).name: s["reason"] for s in report.skipped}
     assert skipped["slots_mixed_end.json"] == "llama.cpp /slots: 4 slots of 2,048 tokens; agrees with props.json, which is used"
     assert one(con, """SELECT count(*), count(*) FILTER (WHERE (attrs->>'$.parallel')::INT = 4
