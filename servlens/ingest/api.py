@@ -152,7 +152,7 @@ def _plan_forced(path: Path, named: bool, profiles: list[Profile], forced: Profi
     if known_shape and not fits:
         problem = f"{_SHAPES[sample.shape]}, but the {forced.name} profile reads {_READS[forced.reader]}"
     elif known_shape:
-        score, _, missing = score_profile(forced, sample, path.name)
+        _, _, missing = score_profile(forced, sample, path.name)
         if missing and sample.shape in ("csv", "parquet"):
             problem = (f"missing the column(s) the {forced.name} profile needs: {', '.join(missing[:6])}"
                        f"{', …' if len(missing) > 6 else ''} (it has: {', '.join(sample.header[:8])}"
