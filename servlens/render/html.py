@@ -644,7 +644,19 @@ class _ReportBuilder:
         known = {"kind", "schema_version", "verdict", "reason", "before", "after", "coverage", "mix_shift", "gates",
                  "improvements", "cohorts", "generated_at", "servlens_version", "policy", "warnings", "notes",
                  "method"}
+        extra = {k: v for k, v in doc.items() if k not in known}
         cohorts = doc.get("cohorts") or []
+        # notes: sentences on what the comparison could not see (unknown token counts, rates banded coarser);
+        # method: how each kind of gate is computed, one sentence per aspect. Other shapes are shown as they are.
+        notes = doc.get("notes") or []
+        if not (isinstance(notes, list) and all(is_scalar(n) for n in notes)):
+            extra["notes"], notes = notes, []
+        notes = [format_cell(n, limits.cell_chars * 5) for n in notes if n is not None]
+        method = doc.get("method") or {}
+        if not (isinstance(method, dict) and all(is_scalar(v) for v in method.values())):
+            extra["method"], method = method, {}
+        method_items = [(humanize(k), format_cell(v, limits.cell_chars * 15)) for k, v in method.items()
+                        if v is not None]
         return {
             "title": "Release gate: " + " → ".join(_side_label(side, name)
                                                    for name, side in (("before", before), ("after", after))),
@@ -665,10 +677,11 @@ class _ReportBuilder:
             "cohorts": self.blocks(cohorts, limits, budget) if cohorts else [],
             "cohorts_total": len(cohorts) if isinstance(cohorts, list) else None,
             "policy": self.blocks(doc.get("policy"), limits, budget) if doc.get("policy") else [],
-            "warnings": [format_cell(w, 400) for w in [*(doc.get("warnings") or []), *(doc.get("notes") or [])]
-                         ][: limits.list_items],
-            "method": self.blocks(doc.get("method"), limits, budget) if doc.get("method") else [],
-            "extra": self.blocks({k: v for k, v in doc.items() if k not in known}, limits, budget),
+            "warnings": [format_cell(w, 400) for w in (doc.get("warnings") or [])][: limits.list_items],
+            "notes": notes[: limits.list_items],
+            "notes_hidden": max(0, len(notes) - limits.list_items),
+            "method": method_items,
+            "extra": self.blocks(extra, limits, budget) if extra else [],
         }
 
     def _sides(self, before: Any, after: Any, limits: Limits) -> list[tuple[str, str, str]]:

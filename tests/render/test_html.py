@@ -341,3 +341,37 @@ def test_hostile_states_severities_and_verdicts_stay_inside_their_attributes(ana
         parsed = scan(page)
         assert [(tag, name) for tag, attrs in parsed.tags for name in attrs if name.startswith("on")] == []
         assert "<script" not in page
+
+
+def test_compare_notes_and_method_have_their_own_sections(compare_doc):
+    compare_doc["notes"] = [f"prompt_tokens is unknown for 40% of the successful requests of run 'after' {SCRIPT}",
+                            "error rate: 3 of the counted events have no prompt token count"]
+    compare_doc["method"] = {"latency": "ratio after/before of a quantile", "binning_error": f"bins 0.5% wide {BREAKOUT}"}
+    compare_doc["policy"] = {"source": "built-in default policy", "confidence": 0.95}
+    compare_doc["future_part"] = {"answer": 42}
+    page = render_html(compare_doc)
+    parsed = scan(page)
+    ids = [attrs.get("id") for _, attrs in parsed.tags if attrs.get("id")]
+    assert ids.index("verdict") < ids.index("coverage") < ids.index("notes") < ids.index("gates")
+    assert ids.index("gates") < ids.index("cohorts") < ids.index("method") < ids.index("other")
+    notes = page[page.index('<section id="notes">'):page.index('<section id="gates">')]
+    assert "<h2>Notes on the data</h2>" in notes
+    assert ("<li>prompt_tokens is unknown for 40% of the successful requests of run &#39;after&#39; "
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;</li>") in notes
+    assert "<li>error rate: 3 of the counted events have no prompt token count</li>" in notes
+    # the verdict points to them instead of repeating them
+    verdict = page[page.index('<section id="verdict">'):page.index('<section id="coverage">')]
+    assert '<a href="#notes">2 notes on the data</a>' in verdict and "prompt_tokens" not in verdict
+    method = page[page.index('<section id="method">'):page.index('<section id="other">')]
+    assert "<dt>Latency</dt><dd>ratio after/before of a quantile</dd>" in method
+    assert "<dt>Binning error</dt><dd>bins 0.5% wide &#34;onerror=alert(1) x=&#34;</dd>" in method
+    assert "built-in default policy" in method
+    # only what the report has no place for is left to the generic section
+    other = page[page.index('<section id="other">'):]
+    assert "Answer" in other and "Latency" not in other and "prompt_tokens" not in other
+
+
+def test_compare_without_notes_or_method_has_no_empty_sections(compare_doc):
+    page = render_html(compare_doc)
+    assert 'id="notes"' not in page and 'id="method"' not in page and 'id="other"' not in page
+    assert 'href="#notes"' not in page
