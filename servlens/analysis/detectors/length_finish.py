@@ -27,6 +27,7 @@ KNOWN = ("(coalesce(status, 'ok') <> 'error' AND coalesce(finish_reason, '') NOT
          "AND (finish_reason IS NOT NULL OR (completion_tokens IS NOT NULL AND max_tokens IS NOT NULL)))")
 REASONING_ATE = ("((content_empty AND reasoning_present) OR (reasoning_tokens IS NOT NULL AND completion_tokens > 0 "
                  "AND reasoning_tokens >= 0.9 * completion_tokens))")
+CHART_CAPS = 30          # bars in the by-cap chart: the caps with the most length finishes
 BENCH_FORMATS = ("vllm-bench", "sglang-bench", "guidellm")
 
 
@@ -110,11 +111,15 @@ def detect(ctx: DetectorContext) -> dict:
     smaller_fallback = [f for f in fallback if f["cap"] is not None and f["primary_cap"] is not None
                         and f["cap"] < f["primary_cap"] and f["capped"]]
 
+    # Bars in cap order (8, 16, 32, …, then requests without a cap), so the eye reads along the limit; the caps with
+    # the most length finishes are the ones kept when there are more than a chart can show.
+    charted = sorted(cap_rows[:CHART_CAPS], key=lambda r: (r[0] is None, r[0] if r[0] is not None else 0))
     the_chart = chart("bar", "Share of requests ended by the output limit, by max_tokens", "max_tokens",
                       "length-finish share", [{"name": "length-finish share",
-                                               "x": [("unset" if r[0] is None else str(r[0])) for r in cap_rows],
-                                               "y": [rounded(r[3]) for r in cap_rows]}],
-                      hlines=[{"y": p["max_length_share"], "label": "line"}])
+                                               "x": [("unset" if r[0] is None else str(r[0])) for r in charted],
+                                               "y": [rounded(r[3]) for r in charted]}],
+                      hlines=[{"y": p["max_length_share"],
+                               "label": f"fires at {100 * p['max_length_share']:g}% overall (max_length_share)"}])
     the_table = table(["max_tokens", "requests", "length finishes", "share", "completion p50", "completion p99",
                        "natural answers longer than the cap"], cap_rows[:20])
     evidence = {"metrics": metrics, "thresholds": thresholds, "chart": the_chart, "table": the_table}
