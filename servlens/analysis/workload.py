@@ -393,10 +393,16 @@ def _context_budget(con: duckdb.DuckDBPyConnection, run: str) -> dict:
     out: dict[str, Any] = {}
     seen = _one(con, """SELECT max(context_window) AS ctx, count(context_window) AS n,
                                max(TRY_CAST(json_extract_string(attrs, '$.n_ctx') AS BIGINT)) AS n_ctx,
+                               max(TRY_CAST(json_extract_string(attrs, '$.n_ctx_per_slot') AS BIGINT)) AS per_slot,
                                max(TRY_CAST(json_extract_string(attrs, '$.parallel') AS BIGINT)) AS parallel
                         FROM workload_requests""")
     per_seq = None
-    if seen["n_ctx"] and seen["parallel"]:
+    if seen["per_slot"]:
+        # llama.cpp's /props beside the log (servlens.ingest.engine_info): the context of one slot, and the slots.
+        per_seq = seen["per_slot"]
+        out |= {"parallel": seen["parallel"], "context_per_sequence": per_seq,
+                "source": "llama.cpp /props: n_ctx of one slot (--ctx-size split between --parallel slots)"}
+    elif seen["n_ctx"] and seen["parallel"]:
         per_seq = seen["n_ctx"] // seen["parallel"]
         out |= {"n_ctx": seen["n_ctx"], "parallel": seen["parallel"], "context_per_sequence": per_seq,
                 "source": "n_ctx / parallel from the request attributes"}

@@ -196,3 +196,19 @@ def test_requests_without_any_time_still_get_lengths_and_latency():
     assert profile["latency"]["note"] == "no arrival, first-token or end times: latency per window is unknown"
     assert profile["latency"]["per_model"]["rows"][0][1] == 12
     assert profile["concurrency"]["note"].startswith("no end times")
+
+
+def test_llamacpp_props_beside_the_log_give_the_context_per_slot():
+    from pathlib import Path
+
+    incidents = Path(__file__).parent / "data" / "engine_incidents"
+    con = open_store(None)
+    try:
+        ingest_paths(con, [str(incidents)])
+        runs = workload_profile(con, ["hol", "restart"])["runs"]
+    finally:
+        con.close()
+    # hol: --parallel 4 --ctx-size 8192; restart: --parallel 2 --ctx-size 8192 (their props.json).
+    assert (runs["hol"]["context_budget"]["parallel"], runs["hol"]["context_budget"]["context_per_sequence"]) == (4, 2048)
+    assert (runs["restart"]["context_budget"]["parallel"],
+            runs["restart"]["context_budget"]["context_per_sequence"]) == (2, 4096)
