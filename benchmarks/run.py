@@ -302,6 +302,17 @@ def ratio(a: Measure, b: Measure) -> float | None:
     return a.median / b.median
 
 
+def paired(a: Measure, b: Measure) -> str:
+    """The ratio per repetition round (both steps ran back to back, so they shared the machine's load): median and
+    range. On a shared machine this is steadier than the ratio of two medians."""
+    if not a.wall_s or len(a.wall_s) != len(b.wall_s):
+        return fmt_num(ratio(a, b))
+    rounds = [x / y for x, y in zip(a.wall_s, b.wall_s) if y]
+    if len(rounds) == 1:
+        return f"{rounds[0]:.2f}"
+    return f"{statistics.median(rounds):.2f} ({min(rounds):.2f}-{max(rounds):.2f})"
+
+
 def fmt_num(x: float | None, spec: str = ".2f", unit: str = "") -> str:
     return "n/a" if x is None else f"{x:{spec}}{unit}"
 
@@ -323,16 +334,16 @@ def tables(results: list[dict], repeat: int) -> str:
                 note = (note + "; " if note else "") + f"report {meas.extra['report_bytes'] / 1e6:.2f} MB"
             lines.append(f"| {size} | {file_mb:.0f} MB | {name} | {meas.median:.2f} | {meas.noise()} | "
                          f"{meas.peak_rss:.0f} | {note} |")
-    lines += ["", "Ratios (medians; the targets from issue #7 in brackets):", "",
+    lines += ["", "Ratios per repetition round, median (range); the targets from issue #7 in brackets:", "",
               "| size | ingest / scan [≤ 1.5] | analyze / scan [≤ 3] | pandas / analyze [≥ 10] | "
               "compare / scan both [≤ 3] | pandas / scan | s per 1M rows (scan, ingest, analyze) |",
               "|---|---|---|---|---|---|---|"]
     for r in results:
         ms = r["measures"]
         per_m = lambda meas: fmt_num(None if meas.median is None else meas.median / (r["size"] / 1e6))  # noqa: E731
-        lines.append(f"| {label(r['size'])} | {fmt_num(ratio(ms['ingest'], ms['scan']))} | "
-                     f"{fmt_num(ratio(ms['analyze'], ms['scan']))} | {fmt_num(ratio(ms['pandas'], ms['analyze']))} | "
-                     f"{fmt_num(ratio(ms['compare'], ms['scan2']))} | {fmt_num(ratio(ms['pandas'], ms['scan']))} | "
+        lines.append(f"| {label(r['size'])} | {paired(ms['ingest'], ms['scan'])} | "
+                     f"{paired(ms['analyze'], ms['scan'])} | {paired(ms['pandas'], ms['analyze'])} | "
+                     f"{paired(ms['compare'], ms['scan2'])} | {paired(ms['pandas'], ms['scan'])} | "
                      f"{per_m(ms['scan'])}, {per_m(ms['ingest'])}, {per_m(ms['analyze'])} |")
     return "\n".join(lines)
 
