@@ -795,6 +795,8 @@ def _flatten_record(record: dict) -> dict:
                     if statistic in before or statistic in after:
                         flat[f"{metric_name(metric)} {statistic} before → after"] = (
                             f"{format_seconds(before.get(statistic))} → {format_seconds(after.get(statistic))}")
+        elif key == "bands" and isinstance(value, dict) and isinstance(record.get("cohort"), str):
+            continue  # compare's cohort label already names its bands ("qwen3-8b / 256–511 prompt tokens")
         elif isinstance(value, dict) and not _is_chart_value(value):
             for inner_key, inner in value.items():
                 if is_scalar(inner):

@@ -375,3 +375,17 @@ def test_compare_without_notes_or_method_has_no_empty_sections(compare_doc):
     page = render_html(compare_doc)
     assert 'id="notes"' not in page and 'id="method"' not in page and 'id="other"' not in page
     assert 'href="#notes"' not in page
+
+
+def test_compare_cohort_table_names_each_cohort_once(compare_doc):
+    compare_doc["cohorts"] = [
+        {"cohort": "qwen3-8b / 256–511 prompt tokens", "bands": {"model": "qwen3-8b", "prompt_band": 8},
+         "n_before": 2251, "n_after": 2308, "share_before": 0.4502, "share_after": 0.4616, "compared": True,
+         "latency": {"ttft": {"before": {"n": 2251, "p50": 0.199, "p99": 0.813},
+                              "after": {"n": 2308, "p50": 0.261, "p99": 1.075}}}}]
+    page = render_html(compare_doc)
+    cohorts = page[page.index('<section id="cohorts">'):]
+    cohorts = cohorts[:cohorts.index("</section>")]
+    headers = re.findall(r"<th[^>]*>([^<]*)</th>", cohorts)
+    assert headers[:3] == ["Cohort", "N before", "N after"] and not any(h.startswith("Bands") for h in headers)
+    assert "TTFT p99 before → after" in headers and "813 ms → 1.07 s" in cohorts
