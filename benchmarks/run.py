@@ -59,22 +59,33 @@ BENCH_INCIDENTS = ("queue_spike@14:00/45m", "prefix_cache_off@09:00/1h:qwen2.5-3
 BENCH_REGRESSION = "ttft=1.25"
 PANDAS_MEMORY_FACTOR = 8  # pandas read_json needs about this many times the file's size in RAM
 
-# The source fields servlens' profile for each format reads, as DuckDB read_json column types. The bare scan
-# materialises exactly these (a count(*) would skip the parsing); keep in step with servlens/profiles/*.toml.
+# The source fields servlens' profile for each format reads (litellm-slp.toml and openai-client-log.toml: every path
+# their columns, text and attrs use), as DuckDB read_json column types. The bare scan materialises exactly these
+# (a count(*) would skip the parsing); keep in step with servlens/profiles/*.toml.
 SCAN_COLUMNS = {
     "litellm": {
-        "id": "VARCHAR", "trace_id": "VARCHAR", "model": "VARCHAR", "model_group": "VARCHAR", "model_id": "VARCHAR",
-        "api_base": "VARCHAR", "custom_llm_provider": "VARCHAR", "call_type": "VARCHAR", "stream": "BOOLEAN",
-        "status": "VARCHAR", "cache_hit": "BOOLEAN", "startTime": "DOUBLE", "completionStartTime": "DOUBLE",
-        "endTime": "DOUBLE", "prompt_tokens": "BIGINT", "completion_tokens": "BIGINT",
-        "metadata": "STRUCT(usage_object STRUCT(prompt_tokens_details STRUCT(cached_tokens BIGINT), "
-                    "completion_tokens_details STRUCT(reasoning_tokens BIGINT)))",
-        "messages": "JSON",
+        "id": "VARCHAR", "litellm_call_id": "VARCHAR", "trace_id": "VARCHAR", "session_id": "VARCHAR",
+        "call_type": "VARCHAR", "cache_hit": "BOOLEAN", "stream": "BOOLEAN", "status": "VARCHAR",
+        "status_fields": "STRUCT(guardrail_status VARCHAR)", "custom_llm_provider": "VARCHAR",
+        "saved_cache_cost": "DOUBLE", "startTime": "DOUBLE", "endTime": "DOUBLE", "completionStartTime": "DOUBLE",
+        "model": "VARCHAR",
+        "metadata": "STRUCT(user_api_key_alias VARCHAR, user_api_key_team_alias VARCHAR, team_alias VARCHAR, "
+                    "usage_object STRUCT(prompt_tokens BIGINT, completion_tokens BIGINT, "
+                    "prompt_tokens_details STRUCT(cached_tokens BIGINT), completion_tokens_details "
+                    "STRUCT(reasoning_tokens BIGINT), cache_read_input_tokens BIGINT, "
+                    "cache_creation_input_tokens BIGINT))",
+        "cache_key": "VARCHAR", "response_cost": "DOUBLE", "prompt_tokens": "BIGINT", "completion_tokens": "BIGINT",
+        "request_tags": "JSON", "end_user": "VARCHAR", "api_base": "VARCHAR", "model_group": "VARCHAR",
+        "model_id": "VARCHAR", "messages": "JSON",
         "response": "STRUCT(model VARCHAR, choices STRUCT(finish_reason VARCHAR, message STRUCT(content VARCHAR, "
-                    "reasoning_content VARCHAR))[])",
-        "model_parameters": "STRUCT(max_tokens BIGINT)",
+                    "reasoning_content VARCHAR, reasoning VARCHAR))[], usage STRUCT(prompt_tokens BIGINT, "
+                    "completion_tokens BIGINT, prompt_tokens_details STRUCT(cached_tokens BIGINT), "
+                    "completion_tokens_details STRUCT(reasoning_tokens BIGINT), cache_read_input_tokens BIGINT, "
+                    "cache_creation_input_tokens BIGINT))",
+        "model_parameters": "STRUCT(stream BOOLEAN, max_tokens BIGINT, max_completion_tokens BIGINT)",
+        "hidden_params": "STRUCT(litellm_model_name VARCHAR, litellm_overhead_time_ms DOUBLE)",
+        "error_str": "VARCHAR",
         "error_information": "STRUCT(error_code VARCHAR, error_class VARCHAR, error_message VARCHAR)",
-        "hidden_params": "STRUCT(litellm_overhead_time_ms DOUBLE)",
     },
     "openai": {
         "req_idx": "BIGINT", "path": "VARCHAR", "run": "VARCHAR", "send_ts": "DOUBLE", "first_token_ts": "DOUBLE",
