@@ -202,6 +202,7 @@ def test_metrics_option_reads_scrapes_and_skips_the_rest(tmp_path):
 # A format forced onto a file of another shape: one sentence naming what is missing and what to do, nothing stored.
 SAMPLE_REQUESTS = Path(__file__).resolve().parents[1] / "sample_logs" / "steady-a" / "requests.jsonl"
 BURSTGPT = TRACES / "burstgpt_v1_first400rows.csv"
+SCRAPE = SAMPLE_REQUESTS.parent / "metrics_steady_a_000.prom"
 _DETECT = "It looks like {0}: leave out --from to detect it, or name that format.\n"
 _NAME_ONE = ("Name the format that fits with --from NAME (see 'servlens formats'), or describe yours with --profile FILE "
              "(docs/profiles.md).\n")
@@ -227,6 +228,10 @@ _NAME_ONE = ("Name the format that fits with --from NAME (see 'servlens formats'
         (["--from", "openai-client-log", "notes.txt"],
          "Error: @TMP@/notes.txt is not in the openai-client-log format: plain text, not JSON or CSV, but the "
          "openai-client-log profile reads JSON lines. " + _NAME_ONE),
+        (["--from", "openai-client-log", str(SCRAPE)],
+         f"Error: {SCRAPE} is not in the openai-client-log format: plain text, not JSON or CSV, but the "
+         "openai-client-log profile reads JSON lines. It looks like metrics (prometheus-text): leave out --from to read "
+         "it as metrics.\n"),
         # a CSV without a .csv suffix is read as asked; its header lacks what the profile reads
         (["--from", "litellm-spendlogs-csv", "burstgpt.txt"],
          "Error: @TMP@/burstgpt.txt has no column \"status\", which the built-in profile litellm-spendlogs-csv reads. "

@@ -125,7 +125,7 @@ def _plan(path: Path, named: bool, profiles: list[Profile], forced: Profile | No
         return _Plan(path, named, "engine_info", engine_info=engine_info)
     sample = sample_file(path)
     if forced is not None:
-        return _plan_forced(path, named, profiles, forced, sample)
+        return _plan_forced(path, named, profiles, forced, sample, metrics_format)
     result = sniff(path, profiles, sample)
     if result.profile is not None:
         return _Plan(path, named, "requests", profile=result.profile, sample=sample)
@@ -142,7 +142,8 @@ _SHAPES = {"jsonl": "JSON lines", "json": "a JSON document", "csv": "CSV", "parq
 _READS = {"jsonl": "JSON lines", "json": "JSON documents", "csv": "CSV", "parquet": "Parquet"}
 
 
-def _plan_forced(path: Path, named: bool, profiles: list[Profile], forced: Profile, sample: FileSample) -> _Plan:
+def _plan_forced(path: Path, named: bool, profiles: list[Profile], forced: Profile, sample: FileSample,
+                 metrics_format: str | None = None) -> _Plan:
     """A profile named with --from / --profile. A file whose shape or fields show it is not in that format: a file the
     user named is an error (one sentence naming what is missing); one found in a folder is skipped with the reason.
     A file whose shape could not be told (a CSV without a .csv suffix, say) is read with the profile as asked."""
@@ -171,7 +172,9 @@ def _plan_forced(path: Path, named: bool, profiles: list[Profile], forced: Profi
     if not named:
         return _Plan(path, named, "skip", sample=sample, reason=f"not readable as {forced.name}: {problem}")
     found = sniff(path, [p for p in profiles if p.name != forced.name], sample)
-    if found.profile is not None:
+    if metrics_format:
+        hint = f"It looks like metrics ({metrics_format}): leave out --from to read it as metrics"
+    elif found.profile is not None:
         hint = f"It looks like {found.profile.name}: leave out --from to detect it, or name that format"
     else:
         hint = "Name the format that fits with --from NAME (see 'servlens formats'), or describe yours with --profile FILE (docs/profiles.md)"
