@@ -340,7 +340,9 @@ def tables(results: list[dict], repeat: int) -> str:
                 continue
             note = meas.note
             if name == "ingest" and meas.extra.get("rows") is not None:
-                note = (note + "; " if note else "") + f"{meas.extra['rows']:,} rows in store"
+                rows = meas.extra["rows"]
+                lost = f" — {r['size'] - rows:,} REQUESTS LOST" if rows != r["size"] else ""
+                note = (note + "; " if note else "") + f"{rows:,} rows in store{lost}"
             if meas.extra.get("report_bytes"):
                 note = (note + "; " if note else "") + f"report {meas.extra['report_bytes'] / 1e6:.2f} MB"
             lines.append(f"| {size} | {file_mb:.0f} MB | {name} | {meas.median:.2f} | {meas.noise()} | "
