@@ -14,7 +14,7 @@ load driver and the /metrics scraper); they live in their own module because `re
   counters start again at 0 (a reset in the scrapes); each slot's first request after either start prefills the
   whole prompt (cold prefix cache). Expect: SL006 fires for the restart (errors after it, time to first success),
   SL007 fires at both starts (cold prefix cache).
-- `hol` (run `hol`): --parallel 4, 85% short chat requests (10-40 words) and 15% long documents (~1,400 tokens),
+- `hol` (run `hol`): --parallel 4, 80% short chat requests (10-40 words) and 20% long documents (~1,400 tokens),
   all streamed, Poisson ~3 req/s for 40 s. A short request that arrives while a long prompt is being prefilled
   waits for that batch. Expect: SL008 fires (short requests' TTFT higher while a long prompt is in prefill).
 """
@@ -50,7 +50,7 @@ def restart_plan(n: int = 90, rate: float = 3.0, seed: int = 71) -> list[Planned
     return _plan(items)
 
 
-def hol_plan(n: int = 120, rate: float = 3.0, seed: int = 81, long_share: float = 0.15) -> list[PlannedRequest]:
+def hol_plan(n: int = 150, rate: float = 3.0, seed: int = 81, long_share: float = 0.2) -> list[PlannedRequest]:
     rng = random.Random(seed)
     items = []
     for off in poisson_offsets(rng, rate, n):
@@ -173,7 +173,7 @@ def run_hol(out_dir: Path, seed: int = 1234, model_cache: Path | None = None, lo
             scraper.stop()
     finally:
         server.stop()
-    summary = {"scenario": "hol", "run": run, "note": "15% long documents among short chat, --parallel 4",
+    summary = {"scenario": "hol", "run": run, "note": "20% long documents among short chat, --parallel 4",
                "model": Path(model).name, "template": "chatml", "flags": asdict(config), **result,
                "scrapes": scraper.n, "started_at": t0, "total_s": round(time.time() - t0, 3)}
     with open(out_dir / "summary.jsonl", "a", encoding="utf-8") as fh:
