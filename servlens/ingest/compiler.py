@@ -212,24 +212,41 @@ class _PathRewriter:
         return out
 
 
+def line_longest(profile: Profile, opts: CompileOptions) -> int:
+    """The longest line the line reader accepts for this file (a `json` document gets room for its whole file)."""
+    if profile.reader != "json":
+        return MAX_LINE_BYTES
+    try:
+        size = opts.path.stat().st_size * (20 if opts.compression else 1)
+    except OSError:
+        size = 0
+    return min(max(MAX_LINE_BYTES, size + 1024 * 1024), MAX_DOCUMENT_BYTES)
+
+
+def line_reader_sql(path: Path, compression: str | None, longest: int, store_rejects: bool = True) -> str:
+    """DuckDB's CSV reader as a line splitter: one VARCHAR column `line`, no quoting, one row per line; a line it
+    cannot take (too long, not UTF-8) becomes a reject row with its line number.
+
+    No `new_line` option, on purpose: with new_line='\\r\\n' on a file whose lines end in a bare \\n, a line break
+    that falls on the first byte of a read buffer makes the reader skip the next line, without a reject (DuckDB 1.x/2.0
+    buffer-boundary handling; 1 line lost in 100k on a 705 MB log). Without the option the reader ends lines at \\n
+    or \\r\\n (the \\r is not kept) and reads every line at every buffer boundary (tests/ingest/test_line_reader.py);
+    the ingester still checks the count of lines it got against the file's (requests.py)."""
+    rejects = ("store_rejects=true, rejects_table='_sl_csv_rejects', rejects_scan='_sl_csv_reject_scans'"
+               if store_rejects else "store_rejects=false")
+    return (
+        f"read_csv({sql_str(str(path))}, columns={{'line': 'VARCHAR'}}, header=false, auto_detect=false, "
+        "delim='\\x1f', quote='', escape='', strict_mode=false, null_padding=true, "
+        f"compression={sql_str(compression or 'none')}, max_line_size={longest}, buffer_size={2 * longest}, "
+        f"ignore_errors=true, {rejects})"
+    )
+
+
 def _raw_source(profile: Profile, opts: CompileOptions) -> tuple[str, bool]:
     """The _raw CTE body and whether its rows are JSON text (`_text`)."""
     path = sql_str(str(opts.path))
-    compression = sql_str(opts.compression or "none")
-    longest = MAX_LINE_BYTES
-    if profile.reader == "json":
-        try:
-            size = opts.path.stat().st_size * (20 if opts.compression else 1)
-        except OSError:
-            size = 0
-        longest = min(max(MAX_LINE_BYTES, size + 1024 * 1024), MAX_DOCUMENT_BYTES)
-    lines = (
-        "SELECT row_number() OVER () AS _line, line AS _text FROM read_csv("
-        f"{path}, columns={{'line': 'VARCHAR'}}, header=false, auto_detect=false, delim='\\x1f', quote='', "
-        f"escape='', new_line='\\r\\n', strict_mode=false, null_padding=true, compression={compression}, "
-        f"max_line_size={longest}, buffer_size={2 * longest}, ignore_errors=true, store_rejects=true, "
-        "rejects_table='_sl_csv_rejects', rejects_scan='_sl_csv_reject_scans')"
-    )
+    longest = line_longest(profile, opts)
+    lines = f"SELECT row_number() OVER () AS _line, line AS _text FROM {line_reader_sql(opts.path, opts.compression, longest)}"
     if profile.reader == "jsonl" or (profile.reader == "json" and not opts.json_multiline):
         # One JSON value per line (a vLLM bench result is one line; --append-result adds one line per run).
         return lines, True

@@ -14,7 +14,15 @@ import duckdb
 
 from servlens.errors import ConfigError, InputError
 from servlens.ingest import sources as src
-from servlens.ingest.compiler import BAD_ROW_STATUS, MAX_LINE_BYTES, CompileOptions, compile_profile, sql_str
+from servlens.ingest.compiler import (
+    BAD_ROW_STATUS,
+    MAX_LINE_BYTES,
+    CompileOptions,
+    compile_profile,
+    line_longest,
+    line_reader_sql,
+    sql_str,
+)
 from servlens.ingest.profiles import Profile
 from servlens.store.schema import REQUEST_COLUMNS
 
@@ -110,7 +118,7 @@ def ingest_request_file(
         except duckdb.Error as exc:
             raise ConfigError(f"Profile {profile.name}: a macro does not compile: {_first_line(exc)}") from exc
 
-    digest = src.file_sha256(path)
+    digest, file_lines = src.file_sha256_and_lines(path)
     # Runs named inside the file are learnt from the rows once they are inserted (one pass over the file). Only when
     # this exact content was ingested before does a cheap pre-pass find its runs, to skip without inserting.
     learn_runs = run is None and profile.run is not None
@@ -196,6 +204,8 @@ def ingest_request_file(
         con.execute(f"DELETE FROM requests WHERE source_id IN ({id_list}) AND status = '{BAD_ROW_STATUS}'")
         if profile.reader != "parquet":
             _move_csv_rejects(con, first_id, path, keep_text, lines=profile.reader != "csv")
+        if file_lines is not None and (profile.reader == "jsonl" or (profile.reader == "json" and not json_multiline)):
+            _check_every_line_read(con, path, opts.compression, line_longest(profile, opts), file_lines)
         for source_id in ids.values():
             src.update_source_counts(con, source_id)
         bad = con.execute(f"SELECT count(*) FROM ingest_errors WHERE source_id IN ({id_list})").fetchone()[0]
@@ -285,6 +295,25 @@ def _profile_error(profile: Profile, path: Path, exc: Exception) -> Exception:
         f"Reading {path} with {origin} failed: {_first_line(exc)}",
         "Check the profile's SQL expressions (docs/profiles.md), or pick another format with --from",
     )
+
+
+def _check_every_line_read(con: duckdb.DuckDBPyConnection, path: Path, compression: str | None, longest: int,
+                           file_lines: int) -> None:
+    """The lines DuckDB's reader gave (rows plus rejects) must be the file's lines, counted independently while
+    hashing it: a reader that loses a line without a reject (it happened, see compiler.line_reader_sql) fails the file
+    loudly instead of storing one request fewer and "0 bad lines"."""
+    read = con.execute(f"SELECT count(*) FROM {line_reader_sql(path, compression, longest, store_rejects=False)}").fetchone()[0]
+    has_rejects = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = '_sl_csv_rejects'"
+    ).fetchone()[0]
+    if has_rejects:
+        read += con.execute("SELECT count(DISTINCT line) FROM _sl_csv_rejects").fetchone()[0]
+    if read != file_lines:
+        raise InputError(
+            f"{path} has {file_lines} lines but DuckDB's line reader gave {read}: nothing was kept from it, so that no "
+            "line is silently lost",
+            "Report this with the file's size and line endings; converting a lone \\r line ending to \\n may help",
+        )
 
 
 def _move_csv_rejects(con: duckdb.DuckDBPyConnection, source_id: int, path: Path, keep_text: bool,

@@ -79,6 +79,24 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def file_sha256_and_lines(path: Path, chunk: int = 1 << 22) -> tuple[str, int | None]:
+    """The file's sha256 and, for an uncompressed file, its number of lines (a last line without a line break
+    counts), from one read. The count is independent of DuckDB's reader: the ingester checks what it read against
+    it. None for a compressed file (counting would mean decompressing it in Python)."""
+    digest = hashlib.sha256()
+    count_lines = compression_of(path) is None
+    lines, last = 0, b"\n"
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+            if count_lines:
+                lines += block.count(b"\n")
+                last = block[-1:]
+    if last != b"\n":
+        lines += 1
+    return digest.hexdigest(), (lines if count_lines else None)
+
+
 @dataclass
 class SourceDecision:
     """What to do with one file for one run."""
