@@ -14,6 +14,9 @@ store written by a newer servlens.
 
 from __future__ import annotations
 
+import itertools
+import os
+import tempfile
 from pathlib import Path
 
 import duckdb
@@ -190,17 +193,69 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int | None:
 MIGRATIONS: dict[int, str] = {}
 
 
+MEMORY_LIMIT_ENV = "SERVLENS_MEMORY_LIMIT"
+TEMP_DIR_ENV = "SERVLENS_TEMP_DIR"
+DEFAULT_MEMORY_SHARE = 0.6
+
+
+def _physical_memory_bytes() -> int | None:
+    """RAM this process may use: the machine's, or a smaller cgroup (container) limit."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = None
+    for cgroup in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(cgroup).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and (total is None or int(text) < total):
+            total = int(text)
+    return total
+
+
+def store_config(in_memory: bool) -> dict[str, str]:
+    """DuckDB settings for a store: a memory limit (SERVLENS_MEMORY_LIMIT, a DuckDB size such as '4GB' or '50%';
+    default 60% of the RAM or container limit, below DuckDB's own 80%, so Python's share of the work and the other
+    processes on the machine keep room) and where to spill past it (SERVLENS_TEMP_DIR; default: next to an on-disk
+    store, DuckDB's '<store>.tmp'; for an in-memory store a fresh folder in the system temp dir instead of DuckDB's
+    '.tmp' in the working directory). DuckDB creates the folder only when it spills and removes it on close."""
+    config: dict[str, str] = {}
+    limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if limit:
+        config["memory_limit"] = limit
+    else:
+        total = _physical_memory_bytes()
+        if total:
+            config["memory_limit"] = f"{max(256, int(total * DEFAULT_MEMORY_SHARE) // (1 << 20))}MiB"
+    temp_root = os.environ.get(TEMP_DIR_ENV, "").strip()
+    if temp_root or in_memory:
+        root = Path(temp_root) if temp_root else Path(tempfile.gettempdir())
+        config["temp_directory"] = str(root / f"servlens-spill-{os.getpid()}-{next(_spill_ids)}")
+    return config
+
+
+_spill_ids = itertools.count(1)
+
+
 def open_store(path: str | Path | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open (creating or migrating) the store at `path`; None or ':memory:' gives a temporary in-memory store."""
-    if path is None or str(path) == ":memory:":
-        con = duckdb.connect(":memory:")
+    """Open (creating or migrating) the store at `path`; None or ':memory:' gives a temporary in-memory store.
+
+    Either way DuckDB works within a memory limit and spills past it to a temp folder (store_config)."""
+    in_memory = path is None or str(path) == ":memory:"
+    try:
+        config = store_config(in_memory)
+    except OSError:
+        config = {}
+    if in_memory:
+        con = _connect(":memory:", False, config)
     else:
         path = Path(path)
         if read_only and not path.exists():
             raise InputError(f"No store at {path}", "Ingest something first with 'servlens ingest', or pass --db")
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            con = duckdb.connect(str(path), read_only=read_only)
+            con = _connect(str(path), read_only, config)
         except duckdb.IOException as exc:
             raise InputError(f"Cannot open the store {path}: {exc}", "Check the path, or that no other servlens holds it") from exc
     version = schema_version(con)
@@ -218,3 +273,13 @@ def open_store(path: str | Path | None = None, read_only: bool = False) -> duckd
             con.execute(MIGRATIONS[step])
         con.execute("UPDATE servlens_meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     return con
+
+
+def _connect(database: str, read_only: bool, config: dict[str, str]) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(database, read_only=read_only, config=config)
+    except (duckdb.InvalidInputException, duckdb.ParserException) as exc:
+        if os.environ.get(MEMORY_LIMIT_ENV, "").strip() and "memory" in str(exc).lower():
+            raise InputError(f"{MEMORY_LIMIT_ENV}={os.environ[MEMORY_LIMIT_ENV]!r} is not a memory size DuckDB takes",
+                             "Use a size such as 4GB or 512MiB, or a share such as 50%") from exc
+        raise

@@ -1,0 +1,56 @@
+"""open_store bounds DuckDB's memory and gives it somewhere to spill, for on-disk and throw-away in-memory stores."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from servlens.errors import InputError
+from servlens.store.schema import _physical_memory_bytes, open_store
+
+
+def _settings(con) -> tuple[str, str]:
+    return con.execute("SELECT current_setting('memory_limit'), current_setting('temp_directory')").fetchone()
+
+
+def test_default_limit_is_sixty_percent_of_ram_and_memory_stores_spill_to_the_system_temp_dir(monkeypatch):
+    monkeypatch.delenv("SERVLENS_MEMORY_LIMIT", raising=False)
+    monkeypatch.delenv("SERVLENS_TEMP_DIR", raising=False)
+    con = open_store(None)
+    limit, temp = _settings(con)
+    expected_mib = int(_physical_memory_bytes() * 0.6) // (1 << 20)
+    number, unit = limit.split()
+    assert unit == "GiB" and abs(float(number) * 1024 - expected_mib) < 0.06 * 1024
+    assert Path(temp).parent == Path(tempfile.gettempdir()) and Path(temp).name.startswith("servlens-spill-")
+    assert not Path(temp).exists()  # created only when DuckDB spills
+
+
+def test_on_disk_store_spills_next_to_itself(tmp_path: Path, monkeypatch):
+    monkeypatch.delenv("SERVLENS_TEMP_DIR", raising=False)
+    monkeypatch.setenv("SERVLENS_MEMORY_LIMIT", "300MB")
+    con = open_store(tmp_path / "store.duckdb")
+    assert _settings(con) == ("286.1 MiB", str(tmp_path / "store.duckdb.tmp"))
+
+
+def test_a_memory_store_past_its_limit_spills_to_servlens_temp_dir_and_cleans_up(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("SERVLENS_MEMORY_LIMIT", "64MB")
+    monkeypatch.setenv("SERVLENS_TEMP_DIR", str(tmp_path))
+    con = open_store(None)
+    limit, temp = _settings(con)
+    assert limit == "61.0 MiB" and Path(temp).parent == tmp_path
+    # ~200 MB of rows: more than the limit, so DuckDB must write them to the temp folder rather than fail
+    con.execute("CREATE TABLE big AS SELECT range AS i, md5(range::VARCHAR) || md5((range + 1)::VARCHAR) AS s "
+                "FROM range(2500000)")
+    assert con.execute("SELECT count(*), count(DISTINCT s) FROM big").fetchone() == (2500000, 2500000)
+    assert any(Path(temp).iterdir())
+    con.close()
+    assert not Path(temp).exists()
+
+
+def test_a_memory_limit_duckdb_cannot_read_is_one_clear_sentence(monkeypatch):
+    monkeypatch.setenv("SERVLENS_MEMORY_LIMIT", "lots")
+    with pytest.raises(InputError) as caught:
+        open_store(None)
+    assert caught.value.message == "SERVLENS_MEMORY_LIMIT='lots' is not a memory size DuckDB takes"
