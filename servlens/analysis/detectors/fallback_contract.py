@@ -45,7 +45,12 @@ def _attempts_sql(run: str) -> str:
             SELECT trace_id FROM requests WHERE run = {sql_literal(run)} AND trace_id IS NOT NULL
             GROUP BY trace_id HAVING count(*) > 1 OR count(fallback_from) > 0),
         a AS (
-            SELECT r.*, coalesce(t_arrival, t_first_token, t_end) AS t_at FROM requests r JOIN multi USING (trace_id)
+            -- only the columns read from sl005_attempts: whole rows (attrs JSON included) made this copy slow
+            SELECT r.request_id, r.source_id, r.source_line, trace_id, r.attempt, r.fallback_from, r.model,
+                   r.deployment, r.max_tokens, r.context_window, r.prompt_tokens, r.status, r.finish_reason,
+                   r.finish_reason_raw, r.error_type, r.error_message, r.t_end,
+                   coalesce(t_arrival, t_first_token, t_end) AS t_at
+            FROM requests r JOIN multi USING (trace_id)
             WHERE r.run = {sql_literal(run)}),
         o AS (
             SELECT *, row_number() OVER w AS k, count(*) OVER (PARTITION BY trace_id) AS tries,
@@ -63,18 +68,25 @@ def _attempts_sql(run: str) -> str:
         FROM o"""
 
 
-def _attempts(ctx: DetectorContext, run: str) -> None:
+def _attempts(ctx: DetectorContext, run: str) -> dict:
     """Materialise the run's attempts once and reuse them for every scope of the run (the window functions over the
-    whole run are the expensive part); rebuilt when the run's rows change (count and last source differ)."""
+    whole run are the expensive part); rebuilt when the run's rows change (count and last source differ).
+
+    Returns the run's trace markers (rows, traced rows, attempt numbers, fallback_from, distinct traces), counted
+    with the attempts and kept beside their stamp: the same for every scope of the run.
+    """
     stamp = ctx.one(f"""SELECT {sql_literal(run)} || ':' || count(*) || ':' || coalesce(max(source_id), 0)
                               || ':' || coalesce(CAST(max(source_line) AS VARCHAR), '') AS s
                        FROM requests WHERE run = {sql_literal(run)}""")["s"]
     exists = ctx.one("""SELECT count(*) AS n FROM duckdb_tables()
                         WHERE temporary AND table_name = 'sl005_attempts_stamp'""")["n"]
-    if exists and ctx.one("SELECT max(stamp) AS s FROM sl005_attempts_stamp")["s"] == stamp:
-        return
-    ctx.con.execute(_attempts_sql(run))
-    ctx.con.execute("CREATE OR REPLACE TEMP TABLE sl005_attempts_stamp AS SELECT ? AS stamp", [stamp])
+    if not (exists and ctx.one("SELECT max(stamp) AS s FROM sl005_attempts_stamp")["s"] == stamp):
+        ctx.con.execute(_attempts_sql(run))
+        ctx.con.execute(f"""CREATE OR REPLACE TEMP TABLE sl005_attempts_stamp AS
+                            SELECT ? AS stamp, count(*) AS n, count(trace_id) AS traced, count(attempt) AS attempts,
+                                   count(fallback_from) AS marked, count(DISTINCT trace_id) AS traces
+                            FROM requests WHERE run = {sql_literal(run)}""", [stamp])
+    return ctx.one("SELECT n, traced, attempts, marked, traces FROM sl005_attempts_stamp")
 
 
 def _interval(seconds: float) -> str:
@@ -92,11 +104,7 @@ def _in_scope(ctx: DetectorContext, alias: str = "") -> str:
 def detect(ctx: DetectorContext) -> dict:
     p = ctx.params
     run = ctx.scope.run
-    markers = ctx.one(f"""SELECT count(*) AS n, count(trace_id) AS traced, count(attempt) AS attempts,
-                                 count(fallback_from) AS marked,
-                                 count(DISTINCT trace_id) AS traces
-                          FROM requests WHERE run = {sql_literal(run)}""")
-    _attempts(ctx, run)
+    markers = _attempts(ctx, run)
     multi = ctx.one("SELECT count(DISTINCT trace_id) AS n FROM sl005_attempts WHERE tries > 1")["n"]
     not_fallback = ("NOT EXISTS (SELECT 1 FROM sl005_attempts f WHERE f.is_fallback AND "
                     "f.request_id IS NOT DISTINCT FROM d.request_id AND f.source_id IS NOT DISTINCT FROM d.source_id "
@@ -118,12 +126,25 @@ def detect(ctx: DetectorContext) -> dict:
     inbound = ctx.one(f"""
         WITH fb AS (SELECT * FROM sl005_attempts WHERE {me} AND is_fallback),
              -- the target's own (non-fallback) attempts around each fallback: was it failing at the same time?
-             around AS (SELECT fb.request_id, fb.trace_id, count(d.request_id) AS n,
-                               count(CASE WHEN {failed('d')} THEN 1 END) AS failed_n
-                        FROM fb LEFT JOIN scope_requests d
-                          ON d.t_at BETWEEN fb.t_at - {_interval(window)} AND fb.t_at + {_interval(window)}
-                         AND {not_fallback}
-                        GROUP BY fb.request_id, fb.trace_id)
+             -- Counted as running totals over one time-ordered pass (a probe at each fallback's window start
+             -- sorts before the requests at that instant, one at its end after them), not by a range join,
+             -- which compared every fallback with every request of the scope.
+             probe AS (SELECT row_number() OVER () AS pid, request_id, trace_id, t_at FROM fb),
+             d AS (SELECT t_at, CASE WHEN request_id IS NOT NULL THEN 1 ELSE 0 END AS dn,
+                          CASE WHEN {failed('d')} THEN 1 ELSE 0 END AS df
+                   FROM scope_requests d WHERE t_at IS NOT NULL AND {not_fallback}),
+             events AS (SELECT t_at AS t, 1 AS ord, dn, df, CAST(NULL AS BIGINT) AS pid FROM d
+                        UNION ALL SELECT t_at - {_interval(window)}, 0, 0, 0, pid FROM probe WHERE t_at IS NOT NULL
+                        UNION ALL SELECT t_at + {_interval(window)}, 2, 0, 0, pid FROM probe WHERE t_at IS NOT NULL),
+             running AS (SELECT pid, ord, sum(dn) OVER w AS dn_sum, sum(df) OVER w AS df_sum FROM events
+                         WINDOW w AS (ORDER BY t, ord ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)),
+             per_probe AS (SELECT pid, sum(CASE WHEN ord = 2 THEN dn_sum ELSE -dn_sum END) AS n,
+                                  sum(CASE WHEN ord = 2 THEN df_sum ELSE -df_sum END) AS failed_n
+                           FROM running WHERE pid IS NOT NULL GROUP BY pid),
+             around AS (SELECT probe.request_id, probe.trace_id, CAST(coalesce(sum(per_probe.n), 0) AS BIGINT) AS n,
+                               CAST(coalesce(sum(per_probe.failed_n), 0) AS BIGINT) AS failed_n
+                        FROM probe LEFT JOIN per_probe USING (pid)
+                        GROUP BY probe.request_id, probe.trace_id)
         SELECT count(*) AS fallbacks, count(CASE WHEN {KNOWN_OUTCOME} THEN 1 END) AS known,
                count(CASE WHEN {FAILED} THEN 1 END) AS failed,
                count(CASE WHEN finish_reason = 'length' THEN 1 END) AS length,
