@@ -6,6 +6,7 @@ DuckDB does the row work (one INSERT ... SELECT per file); Python only decides r
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -94,6 +95,7 @@ def ingest_request_file(
     tz: str | None = None,
     json_multiline: bool = False,
     safe: bool = False,
+    _digest: _DigestJob | None = None,
 ) -> SourceResult:
     """Ingest `path` with `profile` into the store. Same content in the same run is skipped; a changed file at the
     same path replaces that source's rows; everything for this file happens in one transaction."""
@@ -118,17 +120,22 @@ def ingest_request_file(
         except duckdb.Error as exc:
             raise ConfigError(f"Profile {profile.name}: a macro does not compile: {_first_line(exc)}") from exc
 
-    digest, file_lines = src.file_sha256_and_lines(path)
+    # The file's sha256 (and line count) is computed in a thread while DuckDB reads the file; it is only awaited
+    # before the insert when the run already holds a source of the same size (same content could be skipped).
+    job = _digest or _DigestJob(path)
+    size = path.stat().st_size
     # Runs named inside the file are learnt from the rows once they are inserted (one pass over the file). Only when
     # this exact content was ingested before does a cheap pre-pass find its runs, to skip without inserting.
     learn_runs = run is None and profile.run is not None
     runs: list[str] | None = [run if run is not None else opts.default_run]
     retry = dict(run=run, keep_text=keep_text, strict=strict, start=start, tz=tz, json_multiline=json_multiline,
-                 safe=True)
+                 safe=True, _digest=job)
     if learn_runs:
         runs = None
         seen = con.execute(
-            "SELECT count(*) FROM sources WHERE kind = 'requests' AND path = ? AND sha256 = ?", [str(path), digest]
+            "SELECT count(*) FROM sources WHERE kind = 'requests' AND path = ? AND size_bytes = ?", [str(path), size]
+        ).fetchone()[0] and con.execute(
+            "SELECT count(*) FROM sources WHERE kind = 'requests' AND path = ? AND sha256 = ?", [str(path), job.sha256()]
         ).fetchone()[0]
         if seen:
             try:
@@ -146,7 +153,7 @@ def ingest_request_file(
         naive_tz = tz if profile.clock == "naive" else None
         if runs is not None:
             for label in runs:
-                decision = src.decide_source(con, label, "requests", path, sha256=digest)
+                decision = src.decide_source(con, label, "requests", path, sha256=_digest_to_decide(con, label, size, job))
                 if decision.action == "skip":
                     continue
                 if decision.action == "replace":
@@ -167,7 +174,7 @@ def ingest_request_file(
             where = "_run IN (" + ", ".join(sql_str(k) for k in ids) + ")"
         else:
             # A provisional source holds every row until the runs are known.
-            pending = src.SourceDecision("new", digest, path.stat().st_size)
+            pending = src.SourceDecision("new", _PENDING_SHA256, size)
             first_id = src.insert_source(con, run=_PENDING_RUN, kind="requests", path=path, decision=pending,
                                          fmt=profile.name)
             source_sql, where = str(first_id), "true"
@@ -184,7 +191,7 @@ def ingest_request_file(
         except duckdb.Error as exc:
             raise _profile_error(profile, path, exc) from exc
         if runs is None:
-            ids = _assign_learnt_runs(con, result, path, profile, first_id, digest, relative, naive_tz)
+            ids = _assign_learnt_runs(con, result, path, profile, first_id, job.sha256(), relative, naive_tz)
             if not ids:
                 con.execute("ROLLBACK")
                 result.skipped = True
@@ -204,8 +211,12 @@ def ingest_request_file(
         con.execute(f"DELETE FROM requests WHERE source_id IN ({id_list}) AND status = '{BAD_ROW_STATUS}'")
         if profile.reader != "parquet":
             _move_csv_rejects(con, first_id, path, keep_text, lines=profile.reader != "csv")
+        file_lines = job.lines()
         if file_lines is not None and (profile.reader == "jsonl" or (profile.reader == "json" and not json_multiline)):
             _check_every_line_read(con, path, opts.compression, line_longest(profile, opts), file_lines)
+        # Sources decided before the hash was ready get it now, inside the transaction.
+        con.execute(f"UPDATE sources SET sha256 = ? WHERE source_id IN ({id_list}) AND sha256 = ?",
+                    [job.sha256(), _PENDING_SHA256])
         for source_id in ids.values():
             src.update_source_counts(con, source_id)
         bad = con.execute(f"SELECT count(*) FROM ingest_errors WHERE source_id IN ({id_list})").fetchone()[0]
@@ -230,6 +241,50 @@ def ingest_request_file(
     result.source_ids = list(ids.values())
     _fill_counts(con, result)
     return result
+
+
+class _DigestJob:
+    """src.file_sha256_and_lines(path) in a thread: hashlib releases the GIL, so hashing overlaps DuckDB's read."""
+
+    def __init__(self, path: Path) -> None:
+        self._result: tuple[str, int | None] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(path,), name="servlens-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self, path: Path) -> None:
+        try:
+            self._result = src.file_sha256_and_lines(path)
+        except BaseException as exc:  # handed to the caller by result()
+            self._error = exc
+
+    def result(self) -> tuple[str, int | None]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def sha256(self) -> str:
+        return self.result()[0]
+
+    def lines(self) -> int | None:
+        return self.result()[1]
+
+
+# Stands for the file's sha256 in a sources row until the hash is ready (replaced before COMMIT; never matches a
+# real digest, so decide_source with it can only answer 'new' or 'replace').
+_PENDING_SHA256 = "pending"
+
+
+def _digest_to_decide(con: duckdb.DuckDBPyConnection, run: str, size: int, job: _DigestJob) -> str:
+    """The digest decide_source needs: the real one only when the run holds a requests source of this size (same
+    content is then possible and must be skipped); otherwise no content can match, and the placeholder lets the
+    insert start without waiting for the hash."""
+    same_size = con.execute(
+        "SELECT count(*) FROM sources WHERE run = ? AND kind = 'requests' AND size_bytes = ?", [run, size]
+    ).fetchone()[0]
+    return job.sha256() if same_size else _PENDING_SHA256
 
 
 _CONVERSION_ERRORS = (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.OutOfRangeException)
