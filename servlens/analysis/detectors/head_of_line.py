@@ -45,9 +45,11 @@ def detect(ctx: DetectorContext) -> dict:
                      " ELSE t_arrival END")
     prefill_end = ("CASE WHEN ttft_s IS NOT NULL THEN t_arrival + " + _seconds("ttft_s") + " ELSE t_arrival + " +
                    _seconds("coalesce(queue_s, 0) + prefill_s") + " END")
+    # Only the columns read from sl008_short (whole rows, attrs JSON included, made the copy slow).
     ctx.con.execute(f"""
         CREATE OR REPLACE TEMP TABLE sl008_short AS
-        SELECT s.*, t_arrival + {_seconds('ttft_s')} AS t_ft,
+        SELECT s.request_id, s.t_arrival, s.ttft_s, s.prompt_tokens, s.queue_s, s.prefill_s,
+               t_arrival + {_seconds('ttft_s')} AS t_ft,
                CASE WHEN prompt_tokens <= 16 THEN 16 ELSE CAST(pow(2, ceil(log2(prompt_tokens))) AS BIGINT) END AS band,
                EXISTS (SELECT 1 FROM (
                            SELECT request_id AS lid, {prefill_start} AS p0, {prefill_end} AS p1
