@@ -55,3 +55,14 @@ def test_same_size_other_content_is_new_and_a_changed_file_replaces(tmp_path: Pa
     assert sorted(s[1:] for s in _sources(con)) == sorted([
         (str(first), _sha(first), first.stat().st_size, 10), (str(second), _sha(second), second.stat().st_size, 14)])
     assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 24
+
+
+def test_runs_named_in_the_file_store_the_real_digest_and_a_second_ingest_skips(shared_data):
+    path = shared_data / "real-engine" / "llamacpp" / "requests.jsonl"
+    con = open_store(None)
+    first = ingest_inputs(con, [str(path)]).to_dict()["sources"][0]
+    sources = _sources(con)
+    assert len(sources) == len(first["runs"]) > 1
+    assert {s[2] for s in sources} == {_sha(path)}
+    again = ingest_inputs(con, [str(path)]).to_dict()["sources"][0]
+    assert again["skipped"] is True and _sources(con) == sources
