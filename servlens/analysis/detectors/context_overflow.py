@@ -55,9 +55,13 @@ SLOT_GAUGES = ("llamacpp:requests_processing", "llamacpp:n_busy_slots_per_decode
 def detect(ctx: DetectorContext) -> dict:
     p = ctx.params
     # Columns absent from a source are NULL in every row, so the expressions need no presence checks.
+    # Copied once with the columns read below: through a view, each of the rule's queries filtered the whole
+    # requests table to the scope again and re-ran the message patterns.
     ctx.con.execute(f"""
-        CREATE OR REPLACE TEMP VIEW sl012_requests AS
-        SELECT *, coalesce({CONTEXT_ERROR}, false) AS is_ctx_error, coalesce(context_window, {LIMIT_FROM_MESSAGE}) AS named_limit,
+        CREATE OR REPLACE TEMP TABLE sl012_requests AS
+        SELECT request_id, provider, status, finish_reason, error_type, error_message, prompt_tokens,
+               completion_tokens, max_tokens,
+               coalesce({CONTEXT_ERROR}, false) AS is_ctx_error, coalesce(context_window, {LIMIT_FROM_MESSAGE}) AS named_limit,
                coalesce(prompt_tokens, {PROMPT_FROM_MESSAGE}) AS prompt_n
         FROM scope_requests""")
     s = ctx.one("""SELECT count(*) AS n, count(*) FILTER (WHERE is_ctx_error) AS ctx_errors,
@@ -149,7 +153,7 @@ def _slot_split(ctx: DetectorContext, limit: int | None, ctx_errors: int) -> dic
         return {}
     slots, source = None, None
     if ctx.has("attrs"):
-        row = ctx.one("""SELECT max(TRY_CAST(json_extract_string(attrs, '$.parallel') AS BIGINT)) AS parallel FROM sl012_requests""")
+        row = ctx.one("""SELECT max(TRY_CAST(json_extract_string(attrs, '$.parallel') AS BIGINT)) AS parallel FROM scope_requests""")
         if row["parallel"]:
             slots, source = int(row["parallel"]), "--parallel from the request attributes"
     if slots is None:
