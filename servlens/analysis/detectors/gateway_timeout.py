@@ -34,10 +34,16 @@ def num(value: float) -> str:
 
 def detect(ctx: DetectorContext) -> dict:
     p = ctx.params
+    # The scope's columns this rule reads, copied once: a dozen queries follow, and through the scope view each of
+    # them filtered the whole requests table again. Every row is kept (some counts do not require e2e_s).
+    ctx.con.execute("""CREATE OR REPLACE TEMP TABLE sl011_requests AS
+                       SELECT e2e_s, status, finish_reason, http_status, queue_s, ttft_s, prefill_s, decode_s, tpot_s,
+                              completion_tokens, max_tokens
+                       FROM scope_requests""")
     base = ctx.one(f"""SELECT count(*) AS n, count(*) FILTER (WHERE {FAILED}) AS failed,
                               count(*) FILTER (WHERE {FAILED} AND e2e_s >= {num(p['min_limit_s'])}) AS failed_slow,
                               max(e2e_s) FILTER (WHERE {FAILED}) AS failed_max, min(e2e_s) FILTER (WHERE {FAILED}) AS failed_min
-                       FROM scope_requests WHERE e2e_s IS NOT NULL""")
+                       FROM sl011_requests WHERE e2e_s IS NOT NULL""")
     if base["n"] < p["min_requests"]:
         return not_evaluable(f"only {base['n']} requests with e2e_s; the rule needs at least {p['min_requests']} "
                              "(min_requests)", "Too few requests to look for a timeout limit.")
@@ -52,7 +58,7 @@ def detect(ctx: DetectorContext) -> dict:
                            f"{secs(p['min_limit_s'])} or more."}
     band = p["band"]
     spike = ctx.one(f"""
-        WITH f AS (SELECT e2e_s FROM scope_requests WHERE {FAILED} AND e2e_s >= {num(p['min_limit_s'])})
+        WITH f AS (SELECT e2e_s FROM sl011_requests WHERE {FAILED} AND e2e_s >= {num(p['min_limit_s'])})
         SELECT a.e2e_s AS top, count(*) AS n FROM f a JOIN f b ON b.e2e_s <= a.e2e_s AND b.e2e_s >= a.e2e_s * {num(1 - band)}
         GROUP BY a.e2e_s ORDER BY n DESC, top DESC LIMIT 1""")
     limit = spike["top"]
@@ -64,7 +70,7 @@ def detect(ctx: DetectorContext) -> dict:
                            count(*) FILTER (WHERE NOT ({FAILED})) AS ok,
                            {q('e2e_s', 0.99)} FILTER (WHERE NOT ({FAILED})) AS ok_e2e_p99,
                            max(e2e_s) FILTER (WHERE NOT ({FAILED})) AS ok_e2e_max
-                    FROM scope_requests WHERE e2e_s IS NOT NULL""")
+                    FROM sl011_requests WHERE e2e_s IS NOT NULL""")
     failed_share = s["at_limit"] / s["reached"] if s["reached"] else 0.0
     over_share = s["over_limit"] / base["n"]
     metrics |= {"limit_s": rounded(limit), "band_start_s": rounded(lo), "failed_at_limit": s["at_limit"],
@@ -134,7 +140,7 @@ def _split(ctx: DetectorContext, where: str) -> dict | None:
         return None
     row = ctx.one(f"""SELECT count(*) AS n, sum({QUEUE}) AS queue_sum, sum({FIRST}) AS first_sum,
                              sum({GENERATION}) AS gen_sum, sum(e2e_s) AS e2e_sum, {q(QUEUE, 0.5)} AS queue_p50
-                      FROM scope_requests WHERE {where} AND {FIRST} IS NOT NULL AND {GENERATION} IS NOT NULL""")
+                      FROM sl011_requests WHERE {where} AND {FIRST} IS NOT NULL AND {GENERATION} IS NOT NULL""")
     if not row["n"] or not row["e2e_sum"]:
         return None
     # Without queue_s the wait is unknown, not zero: it stays inside the first-token share.
@@ -148,7 +154,7 @@ def _time_split(ctx: DetectorContext, at_limit: str, limit: float) -> dict:
     response), the split of the finished requests that took at least half the limit, named as such."""
     out: dict = {}
     if ctx.has("ttft_s"):
-        out["no_first_token"] = ctx.one(f"SELECT count(*) AS n FROM scope_requests WHERE {at_limit} AND ttft_s IS NULL")["n"]
+        out["no_first_token"] = ctx.one(f"SELECT count(*) AS n FROM sl011_requests WHERE {at_limit} AND ttft_s IS NULL")["n"]
     split, of = _split(ctx, at_limit), "failed at the limit"
     if split is None:
         split, of = _split(ctx, f"NOT ({FAILED}) AND e2e_s >= {num(limit / 2)}"), f"finished in {secs(limit / 2)} or more"
@@ -166,7 +172,7 @@ def _never_fit(ctx: DetectorContext, limit: float) -> dict:
     queue = "coalesce(queue_s, 0)" if ctx.has("queue_s") else "0"
     typical = ctx.one(f"""SELECT {q('tpot_s', 0.5)} AS tpot, {q(f'ttft_s - {queue}', 0.5)} AS ttft,
                                  {q(f'(e2e_s - {queue}) / completion_tokens', 0.5)} AS per_token
-                          FROM scope_requests WHERE NOT ({FAILED}) AND e2e_s IS NOT NULL""")
+                          FROM sl011_requests WHERE NOT ({FAILED}) AND e2e_s IS NOT NULL""")
     # TPOT from the requests that finished; else their e2e per completion token (an upper bound: includes prefill).
     tpot = typical["tpot"] or typical["per_token"]
     if not tpot:
@@ -175,7 +181,7 @@ def _never_fit(ctx: DetectorContext, limit: float) -> dict:
     row = ctx.one(f"""SELECT count(*) AS n,
                              count(*) FILTER (WHERE {queue} + {ttft} + max_tokens * {per_token} > {line}) AS never,
                              count(*) FILTER (WHERE {ttft} + max_tokens * {per_token} > {line}) AS never_even_unqueued
-                      FROM scope_requests WHERE max_tokens IS NOT NULL""")
+                      FROM sl011_requests WHERE max_tokens IS NOT NULL""")
     return {"with_max_tokens": row["n"], "never_fit": row["never"], "never_fit_without_queue": row["never_even_unqueued"],
             "tpot_p50_s": rounded(tpot), "max_tokens_that_fit": int(max(0.0, limit - (typical["ttft"] or 0)) / tpot)}
 
@@ -186,7 +192,7 @@ def _per_cap(ctx: DetectorContext, limit: float, at_limit: str) -> dict | None:
         return None
     rows = ctx.rows(f"""SELECT max_tokens, count(*) AS n, count(*) FILTER (WHERE {at_limit}) AS at_limit,
                                {q('e2e_s', 0.99)} FILTER (WHERE NOT ({FAILED})) AS ok_p99
-                        FROM scope_requests WHERE e2e_s IS NOT NULL GROUP BY max_tokens
+                        FROM sl011_requests WHERE e2e_s IS NOT NULL GROUP BY max_tokens
                         ORDER BY at_limit DESC, n DESC LIMIT 15""")
     return table(["max_tokens", "requests", f"failed at the {secs(limit)} limit", "e2e p99 of those that finished (s)"],
                  [[r["max_tokens"], r["n"], r["at_limit"], r["ok_p99"]] for r in rows])
@@ -198,7 +204,7 @@ def _histogram(ctx: DetectorContext, limit: float, band: float) -> dict:
     width = limit / 36
     rows = ctx.rows(f"""SELECT least(greatest(CAST(ceil(e2e_s / {num(width)} - 1e-9) AS INTEGER) - 1, 0), 39) AS b,
                                count(*) FILTER (WHERE NOT ({FAILED})) AS ok, count(*) FILTER (WHERE {FAILED}) AS failed
-                        FROM scope_requests WHERE e2e_s IS NOT NULL GROUP BY 1 ORDER BY 1""")
+                        FROM sl011_requests WHERE e2e_s IS NOT NULL GROUP BY 1 ORDER BY 1""")
     x = [rounded((r["b"] + 0.5) * width, 3) for r in rows]
     return chart("bar", "End-to-end time of finished and failed requests", "e2e (s)", "requests", [
         {"name": "finished", "x": x, "y": [r["ok"] for r in rows]},
