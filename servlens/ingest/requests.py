@@ -210,10 +210,11 @@ def ingest_request_file(
         )
         con.execute(f"DELETE FROM requests WHERE source_id IN ({id_list}) AND status = '{BAD_ROW_STATUS}'")
         if profile.reader != "parquet":
-            _move_csv_rejects(con, first_id, path, keep_text, lines=profile.reader != "csv")
+            _move_csv_rejects(con, list(ids.values()), path, keep_text, lines=profile.reader != "csv")
         file_lines = job.lines()
         if file_lines is not None and (profile.reader == "jsonl" or (profile.reader == "json" and not json_multiline)):
-            _check_every_line_read(con, path, opts.compression, line_longest(profile, opts), file_lines)
+            _check_every_line_read(con, list(ids.values()), path, opts.compression, line_longest(profile, opts),
+                                   file_lines)
         # Sources decided before the hash was ready get it now, inside the transaction.
         con.execute(f"UPDATE sources SET sha256 = ? WHERE source_id IN ({id_list}) AND sha256 = ?",
                     [job.sha256(), _PENDING_SHA256])
@@ -352,11 +353,22 @@ def _profile_error(profile: Profile, path: Path, exc: Exception) -> Exception:
     )
 
 
-def _check_every_line_read(con: duckdb.DuckDBPyConnection, path: Path, compression: str | None, longest: int,
-                           file_lines: int) -> None:
+def _check_every_line_read(con: duckdb.DuckDBPyConnection, source_ids: list[int], path: Path, compression: str | None,
+                           longest: int, file_lines: int) -> None:
     """The lines DuckDB's reader gave (rows plus rejects) must be the file's lines, counted independently while
     hashing it: a reader that loses a line without a reject (it happened, see compiler.line_reader_sql) fails the file
-    loudly instead of storing one request fewer and "0 bad lines"."""
+    loudly instead of storing one request fewer and "0 bad lines".
+
+    Lines are numbered as the reader emits them (plus its rejects), so a lost line lowers the last number: when the
+    last line of the file is in the store (a row or a bad line) nothing was lost, at no cost. Otherwise (a blank last
+    line, a last line of a skipped run) the reader's lines are counted again."""
+    id_list = ", ".join(str(i) for i in source_ids)
+    last = con.execute(
+        f"SELECT max(line) FROM (SELECT max(source_line) AS line FROM requests WHERE source_id IN ({id_list}) "
+        f"UNION ALL SELECT max(line) FROM ingest_errors WHERE source_id IN ({id_list}))"
+    ).fetchone()[0]
+    if last == file_lines:
+        return
     read = con.execute(f"SELECT count(*) FROM {line_reader_sql(path, compression, longest, store_rejects=False)}").fetchone()[0]
     has_rejects = con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE table_name = '_sl_csv_rejects'"
@@ -371,7 +383,7 @@ def _check_every_line_read(con: duckdb.DuckDBPyConnection, path: Path, compressi
         )
 
 
-def _move_csv_rejects(con: duckdb.DuckDBPyConnection, source_id: int, path: Path, keep_text: bool,
+def _move_csv_rejects(con: duckdb.DuckDBPyConnection, source_ids: list[int], path: Path, keep_text: bool,
                       lines: bool = False) -> None:
     """Rows the CSV reader rejected are kept in ingest_errors with their line number: CSV rows it could not split,
     or (`lines`: a JSON-lines file read as lines) a line too long or not UTF-8."""
@@ -387,18 +399,19 @@ def _move_csv_rejects(con: duckdb.DuckDBPyConnection, source_id: int, path: Path
     if lines:
         reason = (f"CASE WHEN error_type = 'LINE SIZE OVER MAXIMUM' THEN 'line longer than {MAX_LINE_BYTES // 1048576} MiB' "
                   "WHEN error_type = 'INVALID ENCODING' THEN 'not UTF-8 text' ELSE lower(error_type) || ': ' || error_message END")
+    id_list = ", ".join(str(i) for i in source_ids)
+    # Good and bad rows were numbered as they came out of the reader; shift them past each rejected line (few).
+    for (line,) in con.execute("SELECT DISTINCT line FROM _sl_csv_rejects ORDER BY line").fetchall():
+        for table, column in (("requests", "source_line"), ("ingest_errors", "line")):
+            con.execute(f"UPDATE {table} SET {column} = {column} + 1 WHERE source_id IN ({id_list}) AND {column} >= ?",
+                        [line])
     con.execute(
         f"""INSERT INTO ingest_errors (source_id, path, line, byte_length, reason, keys_seen, excerpt)
         SELECT ?, ?, line, CASE WHEN error_type <> 'LINE SIZE OVER MAXIMUM' THEN octet_length(encode(csv_line)) END,
                {reason}, NULL, {excerpt}
         FROM (SELECT *, row_number() OVER (PARTITION BY line ORDER BY column_idx) AS n FROM _sl_csv_rejects) WHERE n = 1""",
-        [source_id, str(path)],
+        [source_ids[0], str(path)],
     )
-    # Good rows were numbered as they came out of the reader; shift them past each rejected line (few of them).
-    for (line,) in con.execute("SELECT DISTINCT line FROM _sl_csv_rejects ORDER BY line").fetchall():
-        con.execute(
-            "UPDATE requests SET source_line = source_line + 1 WHERE source_id = ? AND source_line >= ?", [source_id, line]
-        )
 
 
 def _fill_counts(con: duckdb.DuckDBPyConnection, result: SourceResult) -> None:

@@ -80,21 +80,45 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def file_sha256_and_lines(path: Path, chunk: int = 1 << 22) -> tuple[str, int | None]:
-    """The file's sha256 and, for an uncompressed file, its number of lines (a last line without a line break
-    counts), from one read. The count is independent of DuckDB's reader: the ingester checks what it read against
-    it. None for a compressed file (counting would mean decompressing it in Python)."""
+    """The file's sha256 and its number of lines (a last line without a line break counts; a compressed file's lines
+    are counted in its decompressed text), from one read. The count is independent of DuckDB's reader: the ingester
+    checks what it read against it. None when a compressed file cannot be decompressed here (DuckDB will say why)."""
     digest = hashlib.sha256()
-    count_lines = compression_of(path) is None
+    compression = compression_of(path)
     lines, last = 0, b"\n"
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-            if count_lines:
-                lines += block.count(b"\n")
-                last = block[-1:]
-    if last != b"\n":
+    decompressor = None
+    if compression == "gzip":
+        import zlib
+
+        decompressor = zlib.decompressobj(wbits=47)  # gzip or zlib header, concatenated members handled below
+    elif compression == "zstd":
+        import zstandard
+
+        decompressor = zstandard.ZstdDecompressor().decompressobj(read_across_frames=True)
+    try:
+        with open(path, "rb") as handle:
+            while block := handle.read(chunk):
+                digest.update(block)
+                if decompressor is not None and lines is not None:
+                    text = decompressor.decompress(block)
+                    while compression == "gzip" and decompressor.eof and decompressor.unused_data:
+                        rest = decompressor.unused_data  # next gzip member
+                        decompressor = zlib.decompressobj(wbits=47)
+                        text += decompressor.decompress(rest)
+                    block = text
+                if block and lines is not None:
+                    lines += block.count(b"\n")
+                    last = block[-1:]
+    except Exception:  # a corrupt archive: no count; the reader reports the file
+        if decompressor is None:
+            raise
+        lines, digest = None, hashlib.sha256()
+        with open(path, "rb") as handle:
+            while block := handle.read(chunk):
+                digest.update(block)
+    if lines is not None and last != b"\n":
         lines += 1
-    return digest.hexdigest(), (lines if count_lines else None)
+    return digest.hexdigest(), lines
 
 
 @dataclass

@@ -94,3 +94,41 @@ def test_a_reader_that_loses_a_line_fails_the_file_and_keeps_nothing(tmp_path: P
         ingest_inputs(con, [str(path)], run="t")
     assert str(caught.value).startswith(f"{path} has 15 lines but DuckDB's line reader gave 14: nothing was kept")
     assert con.execute("SELECT (SELECT count(*) FROM requests), (SELECT count(*) FROM sources)").fetchone() == (0, 0)
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_compressed_files_are_counted_in_their_text_and_checked(tmp_path: Path, suffix: str):
+    import gzip
+
+    import zstandard
+
+    text = SLP_RECORDED.read_bytes().replace(b"\n", b"\r\n")
+    # two gzip members / two zstd frames, the second without a trailing line break: 14 lines either way
+    first, second = text[: text.index(b"\r\n") + 2], text[text.index(b"\r\n") + 2:].rstrip(b"\r\n")
+    pack = gzip.compress if suffix == ".gz" else zstandard.ZstdCompressor().compress
+    path = tmp_path / f"gateway.jsonl{suffix}"
+    path.write_bytes(pack(first) + pack(second))
+    assert src.file_sha256_and_lines(path)[1] == 14
+    con = open_store(None)
+    source = ingest_inputs(con, [str(path)], run="t").to_dict()["sources"][0]
+    assert (source["rows"], source["bad_lines"]) == (14, 0)
+    assert con.execute("SELECT max(source_line) FROM requests").fetchone()[0] == 14
+
+
+def test_a_corrupt_archive_has_no_count_and_the_same_digest(tmp_path: Path):
+    path = tmp_path / "broken.jsonl.gz"
+    path.write_bytes(b"not gzip at all\n")
+    assert src.file_sha256_and_lines(path) == (src.file_sha256(path), None)
+
+
+def test_bad_lines_after_a_rejected_line_keep_their_own_numbers(tmp_path: Path):
+    good = SLP_RECORDED.read_bytes().split(b"\n")
+    # line 2 is not UTF-8 (a reader reject), line 4 is not JSON (a bad row), line 6 blank: numbers are the file's
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"\n".join([good[0], b'{"id": "\xff\xfe"}', good[1], b"{not json", good[2], b""]) + b"\n")
+    con = open_store(None)
+    source = ingest_inputs(con, [str(path)], run="t", from_format="litellm-slp").to_dict()["sources"][0]
+    assert (source["rows"], source["bad_lines"]) == (3, 2)
+    assert con.execute("SELECT source_line FROM requests ORDER BY 1").fetchall() == [(1,), (3,), (5,)]
+    assert con.execute("SELECT line, reason FROM ingest_errors ORDER BY 1").fetchall() == [
+        (2, "not UTF-8 text"), (4, "invalid JSON: the line ends before the value does (truncated?)")]
