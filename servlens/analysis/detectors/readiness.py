@@ -14,7 +14,9 @@ ready. The time to ready is the first success after the start.
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
+from fractions import Fraction
 
 from servlens.analysis.detectors._common import chart, not_evaluable, pct, rounded, secs, table
 from servlens.analysis.runner import DetectorContext
@@ -75,11 +77,8 @@ def detect(ctx: DetectorContext) -> dict:
         # the 2x2 counts, one-sided): a handful of errors in a quiet start is not a cluster.
         p_value = None
         if row["later"]:
-            from scipy.stats import fisher_exact
-
-            p_value = float(fisher_exact([[row["early_errors"], row["early"] - row["early_errors"]],
-                                          [row["later_errors"], row["later"] - row["later_errors"]]],
-                                         alternative="greater").pvalue)
+            p_value = fisher_exact_greater(row["early_errors"], row["early"] - row["early_errors"],
+                                           row["later_errors"], row["later"] - row["later_errors"])
         clustered = (row["early_errors"] >= p["min_errors"] and early_share >= p["min_error_share"]
                      and (later_share is None or (early_share >= p["error_ratio"] * later_share
                                                   and p_value <= p["max_p_value"])))
@@ -151,3 +150,20 @@ def detect(ctx: DetectorContext) -> dict:
                               "rotation) if it still fails every request in the first {ready_window_s:.0f} s, or if "
                               "the gateway's error rate rises above today's.")
     return result
+
+
+def fisher_exact_greater(a: int, b: int, c: int, d: int) -> float:
+    """One-sided Fisher's exact test on [[a, b], [c, d]] (alternative: the first row's share of the first column is
+    greater): P(X >= a) for X hypergeometric with the table's margins, summed exactly in integers.
+
+    The same p-value as scipy.stats.fisher_exact(..., alternative="greater") (to its last digits; below 1e-259
+    scipy's own value drifts), without importing scipy.stats: about a second at start-up, for one 2x2 table per
+    start. A large first row (an early window of thousands of requests) makes the integers huge: scipy then.
+    """
+    row1, col1, total = a + b, a + c, a + b + c + d
+    if (min(row1, col1) - a + 1) * min(row1, total - row1) > 200_000:
+        from scipy.stats import fisher_exact
+
+        return float(fisher_exact([[a, b], [c, d]], alternative="greater").pvalue)
+    tail = sum(math.comb(col1, x) * math.comb(total - col1, row1 - x) for x in range(a, min(row1, col1) + 1))
+    return float(Fraction(tail, math.comb(total, row1)))
