@@ -47,12 +47,22 @@ def _concurrency_table(ctx: DetectorContext) -> str:
         # With the engine's own times, a request without them (a client timeout, an error) has no known busy
         # interval: from arrival to its end it was mostly waiting, and counting it would inflate the concurrency.
         engine_only = "AND decode_s IS NOT NULL" if ctx.has("decode_s") else ""
+        # Requests busy at each midpoint (s <= mid < e) as a running count over one time-ordered pass: +1 at each
+        # start, -1 at each end, both sorted before a midpoint at the same instant; a range join compared every
+        # request with every other. An interval that ends before it starts is never busy, so it is left out.
         ctx.con.execute(f"""
             CREATE OR REPLACE TEMP TABLE sl010_requests AS
-            WITH r AS ({base}), busy AS (SELECT s, e FROM ({everyone}) WHERE s IS NOT NULL {engine_only})
-            SELECT r.request_id, r.source_line, r.tpot_s, count(*) AS conc
-            FROM r JOIN busy b ON b.s <= r.mid AND b.e > r.mid
-            GROUP BY r.request_id, r.source_line, r.tpot_s""")
+            WITH r AS (SELECT row_number() OVER () AS rid, * FROM ({base}) WHERE mid IS NOT NULL),
+                 busy AS (SELECT s, e FROM ({everyone}) WHERE s IS NOT NULL {engine_only} AND s <= e),
+                 events AS (SELECT s AS t, 0 AS ord, 1 AS step, CAST(NULL AS BIGINT) AS rid FROM busy
+                            UNION ALL SELECT e, 0, -1, NULL FROM busy
+                            UNION ALL SELECT mid, 1, 0, rid FROM r),
+                 counted AS (SELECT rid, sum(step) OVER (ORDER BY t, ord ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+                                     AS busy_n
+                             FROM events)
+            SELECT r.request_id, r.source_line, r.tpot_s, CAST(sum(c.busy_n) AS BIGINT) AS conc
+            FROM r JOIN counted c ON c.rid = r.rid
+            GROUP BY r.request_id, r.source_line, r.tpot_s HAVING sum(c.busy_n) > 0""")
         if ctx.has("decode_s"):
             return "request overlap (engine prefill + decode time before each end)"
         return "request overlap (arrival" + (" + queue time" if ctx.has("queue_s") else "") + " to end)"
