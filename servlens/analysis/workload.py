@@ -391,11 +391,13 @@ def _context_budget(con: duckdb.DuckDBPyConnection, run: str) -> dict:
     tokens and the concurrency it supports at the longest context.
     """
     out: dict[str, Any] = {}
+    # The three attrs paths from one parse of each row's JSON (a list of paths), not three.
     seen = _one(con, """SELECT max(context_window) AS ctx, count(context_window) AS n,
-                               max(TRY_CAST(json_extract_string(attrs, '$.n_ctx') AS BIGINT)) AS n_ctx,
-                               max(TRY_CAST(json_extract_string(attrs, '$.n_ctx_per_slot') AS BIGINT)) AS per_slot,
-                               max(TRY_CAST(json_extract_string(attrs, '$.parallel') AS BIGINT)) AS parallel
-                        FROM workload_requests""")
+                               max(TRY_CAST(v[1] AS BIGINT)) AS n_ctx, max(TRY_CAST(v[2] AS BIGINT)) AS per_slot,
+                               max(TRY_CAST(v[3] AS BIGINT)) AS parallel
+                        FROM (SELECT context_window,
+                                     json_extract_string(attrs, ['$.n_ctx', '$.n_ctx_per_slot', '$.parallel']) AS v
+                              FROM workload_requests)""")
     per_seq = None
     if seen["per_slot"]:
         # llama.cpp's /props beside the log (servlens.ingest.engine_info): the context of one slot, and the slots.
