@@ -15,13 +15,6 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_logs"
 
 
-@pytest.fixture
-def con():
-    con = open_store(":memory:")
-    yield con
-    con.close()
-
-
 def q(con, sql, params=None):
     return con.execute(sql, params or []).fetchall()
 

@@ -22,13 +22,6 @@ from servlens.store.schema import open_store
 REAL = Path(__file__).resolve().parents[1] / "data" / "shared" / "real-engine"
 
 
-@pytest.fixture
-def con():
-    con = open_store(":memory:")
-    yield con
-    con.close()
-
-
 def one(con, sql, params=None):
     return con.execute(sql, params or []).fetchone()
 

@@ -10,16 +10,8 @@ from datetime import datetime
 import pytest
 
 from servlens.ingest.api import ingest_inputs
-from servlens.store.schema import open_store
 
 REAL = "real-engine"
-
-
-@pytest.fixture
-def con():
-    con = open_store(":memory:")
-    yield con
-    con.close()
 
 
 def q(con, sql, params=None):
