@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servlens.render.compare_text import EXIT_OF, fmt_change, fmt_delta, fmt_value, short_cohort
+from servlens.render.compare_text import EXIT_OF, coverage_sentence, fmt_change, fmt_delta, fmt_value, short_cohort
 
 BADGE = {"pass": "✅ pass", "fail": "❌ fail", "inconclusive": "⚠️ inconclusive"}
 
@@ -24,8 +24,7 @@ def render_compare_markdown(doc: dict) -> str:
              f"**after** `{after['run']}` · {after['requests']:,} requests"]
     cov = doc.get("coverage")
     if cov:
-        lines.append(f"Coverage: {cov['before']['share']:.0%} of before and {cov['after']['share']:.0%} of after in "
-                     f"{cov['cohorts_compared']} of {cov['cohorts_total']} cohorts ({' × '.join(cov['by']) or 'no bands'}).")
+        lines.append(f"Coverage: {coverage_sentence(cov)}.")
     gates = doc.get("gates", [])
     if gates:
         lines += ["", "| gate | cohorts | before | after | change [interval] | tolerance | verdict |",

@@ -54,6 +54,12 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def coverage_sentence(cov: dict) -> str:
+    """The share of each run that was compared, in words (shared by the text and Markdown renderers)."""
+    return (f"{cov['before']['share']:.0%} of before and {cov['after']['share']:.0%} of after in "
+            f"{cov['cohorts_compared']} of {cov['cohorts_total']} cohorts ({' × '.join(cov['by']) or 'no bands'})")
+
+
 def render_compare_text(doc: dict) -> str:
     verdict = doc["verdict"]
     before, after = doc["before"], doc["after"]
@@ -62,8 +68,7 @@ def render_compare_text(doc: dict) -> str:
            f"after: {after['run']} ({after['requests']:,} requests)"]
     cov = doc.get("coverage")
     if cov:
-        out.append(f"coverage: {cov['before']['share']:.0%} of before and {cov['after']['share']:.0%} of after in "
-                   f"{cov['cohorts_compared']} of {cov['cohorts_total']} cohorts ({' × '.join(cov['by']) or 'no bands'})")
+        out.append(f"coverage: {coverage_sentence(cov)}")
     gates = doc.get("gates", [])
     if gates:
         rows = []
