@@ -292,25 +292,16 @@ def _ingest_metrics(con, metrics, plan: _Plan, *, run, at, index, keep_text: boo
     decide = getattr(metrics, "decide_metrics_source", None)
     decision = (decide(con, label, plan.path, fmt=plan.metrics_format, at=at, index=index) if decide
                 else src.decide_source(con, label, "metrics", plan.path))
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with src.one_transaction(con):
         summary = metrics.ingest_metrics_file(
             con, plan.path, run=label, decision=decision, fmt=plan.metrics_format, at=at, index=index,
             keep_text=keep_text,
         )
         if strict and summary.get("bad_lines"):
-            con.execute("ROLLBACK")
             raise InputError(
                 f"{plan.path} has {summary['bad_lines']} malformed line(s); --strict keeps nothing from it",
                 "Fix the lines, or drop --strict to ingest the good ones and keep the bad ones in ingest_errors",
             )
-        con.execute("COMMIT")
-    except BaseException:
-        try:
-            con.execute("ROLLBACK")
-        except duckdb.Error:
-            pass
-        raise
     summary = dict(summary)
     summary["skipped"] = summary.get("action") == "skip"
     summary["replaced"] = summary.get("action") == "replace"

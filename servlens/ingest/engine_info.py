@@ -117,8 +117,7 @@ def _apply_one(con: duckdb.DuckDBPyConnection, info: EngineInfo, source_ids: lis
     ids = ", ".join(str(int(i)) for i in source_ids)
     where = f"source_id IN ({ids}) AND coalesce(provider, 'llama.cpp') = 'llama.cpp'"
     digest = src.file_sha256(info.path)
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with src.one_transaction(con):
         per_run = con.execute(f"SELECT run, count(*) FROM requests WHERE {where} GROUP BY run ORDER BY run").fetchall()
         # Values the row already has win (json_merge_patch: the second argument's keys override the first's).
         con.execute(
@@ -138,10 +137,6 @@ def _apply_one(con: duckdb.DuckDBPyConnection, info: EngineInfo, source_ids: lis
                 src.delete_source(con, decision.old_source_id)
             src.insert_source(con, run=run, kind=ENGINE_INFO_KIND, path=info.path, decision=decision, fmt=info.format)
             new_runs.append(run)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
     runs = [r for r, _ in per_run]
     return {
         "path": str(info.path), "format": info.format, "kind": ENGINE_INFO_KIND,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,22 @@ import duckdb
 from servlens.errors import InputError
 
 COMPRESSED_SUFFIXES = (".gz", ".zst")
+
+
+@contextmanager
+def one_transaction(con: duckdb.DuckDBPyConnection):
+    """Commit what the block wrote, or roll all of it back if the block raises (an interrupted ingest leaves the
+    store as it was)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        raise
+    con.execute("COMMIT")
 
 
 def expand_inputs(inputs: list[str] | tuple[str, ...]) -> list[tuple[Path, bool]]:
