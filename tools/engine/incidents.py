@@ -11,8 +11,10 @@ load driver and the /metrics scraper); they live in their own module because `re
   sends cache_prompt true, Poisson ~3 req/s for 30 s. At t=12 s the server is stopped (SIGTERM), kept down for
   `down_s` seconds and started again with an empty cache; the clients keep sending to the same address and the
   scraper keeps scraping. Requests sent while it is down fail (connection refused: no HTTP status); the new server's
-  counters start again at 0 (a reset in the scrapes); each slot's first request after either start prefills the
-  whole prompt (cold prefix cache). Expect: SL006 fires for the restart (errors after it, time to first success),
+  counters start again at 0 (a reset in the scrapes). At either start a few clients arrive together (the first
+  users; after the restart, clients that waited for it), so both slots take a first request and prefill the whole
+  prompt (cold prefix cache). Without that, light traffic fills the second slot whenever two requests first overlap,
+  and that cold request lands among the steady ones. Expect: SL006 fires for the restart (errors after it, time to first success),
   SL007 fires at both starts (cold prefix cache).
 - `hol` (run `hol`): --parallel 4, 80% short chat requests (10-40 words) and 20% long documents (~1,400 tokens),
   all streamed, Poisson ~3 req/s for 40 s. A short request that arrives while a long prompt is being prefilled
@@ -39,15 +41,21 @@ from .scenarios import CHAT, _plan, chat_body, poisson_offsets, shared_system_pr
 from .server import ServerConfig, start_server
 
 
-def restart_plan(n: int = 90, rate: float = 3.0, seed: int = 71) -> list[PlannedRequest]:
+def restart_plan(n: int = 90, rate: float = 3.0, seed: int = 71, burst: int = 3,
+                 ready_offset_s: float = 15.0) -> tuple[list[PlannedRequest], list[PlannedRequest]]:
+    """(scheduled requests, the burst sent as soon as the restarted server is ready). The schedule opens with a
+    burst too; `ready_offset_s` only sets the second burst's nominal offset (it is sent when the server is up)."""
     rng = random.Random(seed)
     system = shared_system_prompt()
-    items = []
-    for off in poisson_offsets(rng, rate, n):
-        body = chat_body(rng, system=system, user_words=rng.randint(5, 30), max_tokens=rng.choice([8, 16]),
+
+    def body() -> dict:
+        return chat_body(rng, system=system, user_words=rng.randint(5, 30), max_tokens=rng.choice([8, 16]),
                          stream=True, cache_prompt=True)
-        items.append((off, CHAT, body))
-    return _plan(items)
+
+    items = [(0.0, CHAT, body()) for _ in range(burst)] + [(0.5 + off, CHAT, body()) for off in poisson_offsets(rng, rate, n)]
+    items += [(ready_offset_s, CHAT, body()) for _ in range(burst)]
+    planned = _plan(items)
+    return planned[:-burst], planned[-burst:]
 
 
 def hol_plan(n: int = 150, rate: float = 3.0, seed: int = 81, long_share: float = 0.2) -> list[PlannedRequest]:
@@ -72,7 +80,8 @@ class _Target:
 def _drive(target: _Target, run: str, plan: list[PlannedRequest], log: RequestLog, max_in_flight: int = 64,
            timeout: float = 120.0, events: list | None = None) -> dict:
     """Like load.drive, but each request reads the current address when it is sent; `events` are
-    (offset_s, callable) run on the schedule too (the restart)."""
+    (offset_s, callable) run on the schedule too (the restart), each given a function that sends a planned request
+    at once."""
     session = requests.Session()
     session.mount("http://", requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=max_in_flight))
     t0_wall, t0 = time.time(), time.monotonic()
@@ -93,11 +102,11 @@ def _drive(target: _Target, run: str, plan: list[PlannedRequest], log: RequestLo
             if delay > 0:
                 time.sleep(delay)
             if callable(item):
-                threading.Thread(target=item, daemon=True).start()
+                threading.Thread(target=item, args=(lambda p: pool.submit(task, p),), daemon=True).start()
             else:
                 pool.submit(task, item)
     session.close()
-    return {"run": run, "requests": len(plan), "wall_s": round(time.monotonic() - t0, 3),
+    return {"run": run, "requests": sum(statuses.values()), "wall_s": round(time.monotonic() - t0, 3),
             "http_status": {str(k): v for k, v in sorted(statuses.items(), key=lambda kv: str(kv[0]))}}
 
 
@@ -123,8 +132,9 @@ def run_restart(out_dir: Path, seed: int = 1234, model_cache: Path | None = None
     (run_dir / "models.json").write_text(requests.get(target.url + "/v1/models", timeout=10).text, encoding="utf-8")
     scraper = MetricsScraper(target.url, run, run_dir).start()
     restarted: dict = {}
+    plan, after_ready = restart_plan(ready_offset_s=restart_at_s + down_s)
 
-    def restart() -> None:
+    def restart(send) -> None:
         restarted["stop_ts"] = time.time()
         servers[0].stop()
         time.sleep(down_s)
@@ -132,11 +142,13 @@ def run_restart(out_dir: Path, seed: int = 1234, model_cache: Path | None = None
         servers.append(start_server(model, config, log_path=run_dir / "engine.log"))
         restarted["ready_ts"] = time.time()
         target.url = scraper.base_url = servers[-1].base_url
+        for planned in after_ready:
+            send(planned)
 
     reqlog = RequestLog(run_dir / "requests.jsonl")
     t0 = time.time()
     try:
-        result = _drive(target, run, restart_plan(), reqlog, events=[(restart_at_s, restart)])
+        result = _drive(target, run, plan, reqlog, events=[(restart_at_s, restart)])
         while "ready_ts" not in restarted and time.time() - t0 < 120:
             time.sleep(0.2)
     finally:

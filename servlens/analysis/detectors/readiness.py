@@ -2,8 +2,9 @@
 
 Start points of a scope: its first request in the data (the first request a deployment got: a deploy, a scale-up,
 or the start of the export), and every restart its metrics show (a counter reset between two scrapes: the process
-restarted somewhere in (last scrape before, first scrape after]). After each start, the requests of the next
-`ready_window_s` are the "early" ones; the rest until the next start are "later".
+restarted somewhere in (last scrape before, first scrape after]). After each start, the requests of its not-ready
+period are the "early" ones: until `ready_successes` requests in a row pass without a readiness error (a readiness
+probe's success threshold), at most `ready_window_s`. The rest until the next start are "later".
 
 A start is not ready when its early requests fail with readiness errors (server errors, timeouts, connection
 failures, 404/503 while the model loads; not client errors such as 400 context exceeded, 401, 403, 422, 429, which
@@ -45,32 +46,45 @@ def detect(ctx: DetectorContext) -> dict:
                for r in restarts]
     starts.sort(key=lambda s: s["t"])
     values = ", ".join(f"({i}, TIMESTAMP '{s['t'].isoformat(sep=' ')}')" for i, s in enumerate(starts))
+    n_ok = int(p["ready_successes"])
+    # The not-ready period of a start ends where `ready_successes` requests in a row pass without a readiness error
+    # (a readiness probe's success threshold), at the latest `ready_window_s` after it. Judging a fixed window
+    # instead would let the minutes of normal traffic after a short outage dilute its errors below any share.
     per_start = ctx.rows(f"""
         WITH s AS (SELECT * FROM (VALUES {values}) AS v(i, t_start)),
              b AS (SELECT i, t_start, lead(t_start) OVER (ORDER BY t_start) AS t_next FROM s),
-             r AS (SELECT b.i, b.t_start, q.*,
+             r AS (SELECT b.i, b.t_start, q.*, {READINESS_ERROR} AS is_error, {SUCCESS} AS is_success,
                           date_diff('microsecond', b.t_start, q.t_at) / 1e6 AS since_s
-                   FROM b JOIN scope_requests q ON q.t_at >= b.t_start AND (b.t_next IS NULL OR q.t_at < b.t_next))
+                   FROM b JOIN scope_requests q ON q.t_at >= b.t_start AND (b.t_next IS NULL OR q.t_at < b.t_next)),
+             runs AS (SELECT *, count(*) FILTER (WHERE is_error) OVER w AS errors_ahead, count(*) OVER w AS ahead
+                      FROM r WINDOW w AS (PARTITION BY i ORDER BY t_at, source_line, request_id
+                                          ROWS BETWEEN CURRENT ROW AND {n_ok - 1} FOLLOWING)),
+             ready AS (SELECT i, min(since_s) FILTER (WHERE errors_ahead = 0 AND ahead = {n_ok}) AS ready_s
+                       FROM runs GROUP BY i),
+             e AS (SELECT r.*, least(coalesce(ready.ready_s, {ready_s}), {ready_s}) AS period_s,
+                          since_s < least(coalesce(ready.ready_s, {ready_s}), {ready_s}) AS early
+                   FROM r JOIN ready USING (i))
         SELECT i, min(t_start) AS t_start,
-               count(*) FILTER (WHERE since_s < {ready_s}) AS early,
-               count(*) FILTER (WHERE since_s < {ready_s} AND {READINESS_ERROR}) AS early_errors,
-               count(*) FILTER (WHERE since_s >= {ready_s}) AS later,
-               count(*) FILTER (WHERE since_s >= {ready_s} AND {READINESS_ERROR}) AS later_errors,
-               min(since_s) FILTER (WHERE {SUCCESS}) AS first_success_s,
-               max(since_s) FILTER (WHERE since_s < {ready_s} AND {READINESS_ERROR}) AS last_early_error_s,
-               count(*) FILTER (WHERE {SUCCESS}) AS successes,
+               count(*) FILTER (WHERE early) AS early,
+               count(*) FILTER (WHERE early AND is_error) AS early_errors,
+               count(*) FILTER (WHERE NOT early) AS later,
+               count(*) FILTER (WHERE NOT early AND is_error) AS later_errors,
+               min(period_s) AS period_s,
+               min(since_s) FILTER (WHERE is_success) AS first_success_s,
+               max(since_s) FILTER (WHERE early AND is_error) AS last_early_error_s,
+               count(*) FILTER (WHERE is_success) AS successes,
                string_agg(DISTINCT coalesce(CAST(http_status AS VARCHAR), error_type,
                                              CASE WHEN finish_reason = 'timeout' THEN 'timeout' END,
                                              'no HTTP response'), ', ')
-                 FILTER (WHERE {READINESS_ERROR}) AS error_kinds
-        FROM r GROUP BY i ORDER BY i""")
+                 FILTER (WHERE is_error) AS error_kinds
+        FROM e GROUP BY i ORDER BY i""")
     by_index = {row["i"]: row for row in per_start}
     judged = []
     for i, start in enumerate(starts):
         row = by_index.get(i)
-        if not row or not row["early"]:
+        if not row:
             continue
-        early_share = row["early_errors"] / row["early"]
+        early_share = row["early_errors"] / row["early"] if row["early"] else 0.0
         later_share = row["later_errors"] / row["later"] if row["later"] else None
         never = row["successes"] == 0
         # With traffic after the early period, the difference must also be beyond chance (Fisher's exact test on
@@ -87,17 +101,18 @@ def detect(ctx: DetectorContext) -> dict:
     fired = [j for j in judged if j["fired"]]
     restarts_seen = len(restarts)
     metrics = {"starts": len(judged), "restarts_in_metrics": restarts_seen}
-    thresholds = {k: p[k] for k in ("ready_window_s", "min_errors", "min_error_share", "error_ratio", "max_p_value")}
-    rows = [[iso(j["t"]), j["kind"], j["early"], j["early_errors"], rounded(j["early_share"]), j["later"],
-             rounded(j["later_share"]), rounded(j["first_success_s"]), j["error_kinds"]] for j in judged]
-    the_table = table(["start", "kind", f"requests in first {ready_s:g} s", "readiness errors", "error share",
+    thresholds = {k: p[k] for k in ("ready_window_s", "ready_successes", "min_errors", "min_error_share", "error_ratio", "max_p_value")}
+    rows = [[iso(j["t"]), j["kind"], rounded(j["period_s"]), j["early"], j["early_errors"], rounded(j["early_share"]),
+             j["later"], rounded(j["later_share"]), rounded(j["first_success_s"]), j["error_kinds"]] for j in judged]
+    the_table = table(["start", "kind", "not-ready period (s)", "requests in it", "readiness errors", "error share",
                        "requests later", "later error share", "first success after (s)", "errors"], rows)
     if not fired:
         worst = max(judged, key=lambda j: j["early_share"], default=None)
         text = (f"no readiness errors cluster after the {len(judged)} start(s) seen"
                 + (f" ({restarts_seen} restart(s) in the metrics)" if restarts_seen else " (no restart in the metrics)")
-                + (f"; the first {ready_s:g} s after {worst['kind']} had {worst['early_errors']} readiness error(s) in "
-                   f"{worst['early']} requests" if worst else ""))
+                + (f"; the worst, {worst['kind']}, had {worst['early_errors']} readiness error(s) in "
+                   f"{worst['early']} requests before {n_ok} in a row succeeded" if worst and worst["early_errors"]
+                   else "; no readiness error came before the first successes"))
         metrics |= {"worst_early_error_share": rounded(worst["early_share"]) if worst else None}
         return {"state": "clear", "summary": f"Ready after every start: {text}.",
                 "evidence": {"metrics": metrics, "thresholds": thresholds, "table": the_table}}
@@ -107,7 +122,8 @@ def detect(ctx: DetectorContext) -> dict:
     recovery = worst["first_success_s"]
     metrics |= {
         "not_ready_starts": len(fired), "start_kind": worst["kind"], "start": iso(worst["t"]),
-        "early_requests": worst["early"], "early_errors": worst["early_errors"],
+        "not_ready_period_s": rounded(worst["period_s"]), "early_requests": worst["early"],
+        "early_errors": worst["early_errors"],
         "early_error_share": rounded(worst["early_share"]), "later_error_share": rounded(worst["later_share"]),
         "time_to_first_success_s": rounded(recovery), "last_early_error_s": rounded(worst["last_early_error_s"]),
         "never_ready": never, "error_kinds": worst["error_kinds"], "p_value": rounded(worst["p_value"], 8),
@@ -117,13 +133,15 @@ def detect(ctx: DetectorContext) -> dict:
     else:
         later = (f"against {pct(worst['later_share'])} later" if worst["later_share"] is not None
                  else "with no traffic after that to compare")
-        how = (f"{worst['early_errors']} of its {worst['early']} requests in the first {ready_s:g} s failed "
+        until = (f"in the {secs(worst['period_s'])} before {n_ok} in a row succeeded" if worst["period_s"] < ready_s
+                 else f"in the first {ready_s:g} s (never {n_ok} successes in a row)")
+        how = (f"{worst['early_errors']} of its {worst['early']} requests failed {until} "
                f"({pct(worst['early_share'])}, {worst['error_kinds']}) {later}; the first success came "
                f"{secs(recovery)} after the start")
     summary = (f"Not ready after {worst['kind']} at {iso(worst['t'])}: {how}."
                + (f" {len(fired)} start(s) like this." if len(fired) > 1 else ""))
     t0 = worst["t"]
-    lo, hi = t0, t0 + timedelta(seconds=ready_s)
+    lo, hi = t0, t0 + timedelta(seconds=worst["period_s"])
     spec = ctx.window
     series_rows = ctx.rows(f"""
         SELECT {spec.index_sql()} AS w, count(*) AS n, count(*) FILTER (WHERE {READINESS_ERROR}) AS errors
@@ -131,8 +149,8 @@ def detect(ctx: DetectorContext) -> dict:
     x = [iso(spec.start(r["w"])) for r in series_rows]
     last = ctx.one("SELECT max(t_at) AS t FROM scope_requests")["t"]
     # The early period, cut at the last request so the time axis covers the data, not an empty 5 minutes after it.
-    vspans = [{"x0": iso(j["t"]), "x1": iso(min(j["t"] + timedelta(seconds=ready_s), last)),
-               "label": f"first {ready_s:g} s after {j['kind']}"} for j in fired]
+    vspans = [{"x0": iso(j["t"]), "x1": iso(min(j["t"] + timedelta(seconds=j["period_s"]), last)),
+               "label": f"not ready after {j['kind']}"} for j in fired]
     the_chart = chart("bar", "Requests and readiness errors per window", "time", "requests",
                       [{"name": "requests", "x": x, "y": [r["n"] for r in series_rows]},
                        {"name": "readiness errors", "x": x, "y": [r["errors"] for r in series_rows]}],
@@ -141,7 +159,7 @@ def detect(ctx: DetectorContext) -> dict:
     result = {
         "state": "fired", "summary": summary,
         "evidence": {"metrics": metrics, "thresholds": thresholds, "table": the_table, "chart": the_chart,
-                     "windows": [{"start": iso(j["t"]), "end": iso(min(j["t"] + timedelta(seconds=ready_s), last))}
+                     "windows": [{"start": iso(j["t"]), "end": iso(min(j["t"] + timedelta(seconds=j["period_s"]), last))}
                                  for j in fired]},
         "examples": ctx.examples(f"{READINESS_ERROR} AND {window_where}", "t_at"),
     }
