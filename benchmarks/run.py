@@ -215,13 +215,14 @@ def available_memory_bytes() -> int:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def ensure_data(size: int, fmt: str, data_dir: Path, seed: int) -> tuple[Path, Path, Path]:
+def ensure_data(size: int, fmt: str, data_dir: Path, seed: int, redact: bool = False) -> tuple[Path, Path, Path]:
     """The day file (= the pair's before) and the after file for ``size``; generated once, reused after."""
-    pair_dir = data_dir / f"{fmt}-{label(size)}-s{seed}"
+    pair_dir = data_dir / f"{fmt}{'-redacted' if redact else ''}-{label(size)}-s{seed}"
     before, after = pair_dir / "before.jsonl", pair_dir / "after.jsonl"
     manifest = pair_dir / "manifest.json"
     if not (before.exists() and after.exists() and manifest.exists()):
-        sc = generate.Scenario(size, seed, incidents=[generate.Incident.parse(s) for s in BENCH_INCIDENTS])
+        sc = generate.Scenario(size, seed, incidents=[generate.Incident.parse(s) for s in BENCH_INCIDENTS],
+                               redact=redact)
         t0 = time.perf_counter()
         generate.generate_pair(sc, fmt, pair_dir, generate.Regression.parse(BENCH_REGRESSION))
         print(f"  generated {pair_dir} in {time.perf_counter() - t0:.1f} s", flush=True)
@@ -247,8 +248,8 @@ def store_rows(db: Path) -> int | None:
 
 
 def bench_size(size: int, fmt: str, data_dir: Path, work: Path, repeat: int, pandas_max: int,
-               available: dict[str, bool], seed: int = 7, niceness: int = 10) -> dict:
-    before, after, manifest = ensure_data(size, fmt, data_dir, seed)
+               available: dict[str, bool], seed: int = 7, niceness: int = 10, redact: bool = False) -> dict:
+    before, after, manifest = ensure_data(size, fmt, data_dir, seed, redact)
     file_bytes = before.stat().st_size
     print(f"== {label(size)} requests, {fmt}, {file_bytes / 1e6:.0f} MB", flush=True)
     for p in (before, after):  # warm the page cache so the first repetition is not the only one reading from disk
@@ -421,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                                  epilog="Example:\n" + __doc__.split("Example:\n", 1)[1])
     ap.add_argument("--sizes", default="100k,1M", help="comma-separated request counts (100k, 1M, 10M)")
     ap.add_argument("--format", default="litellm", choices=generate.FORMATS)
+    ap.add_argument("--redact", action="store_true",
+                    help="no message or answer text in the logs (LiteLLM turn_off_message_logging): lean rows")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--pandas-max", default="1M", help="largest size to run pandas on (it also must fit in RAM)")
     ap.add_argument("--seed", type=int, default=7)
@@ -439,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="servlens-bench-", dir=data_dir if data_dir.exists() else None) as tmp:
         for size in sizes:
             results.append(bench_size(size, args.format, data_dir, Path(tmp) / label(size), args.repeat,
-                                      generate.parse_count(args.pandas_max), available, args.seed, args.nice))
+                                      generate.parse_count(args.pandas_max), available, args.seed, args.nice,
+                                      args.redact))
     table = tables(results, args.repeat)
     print()
     print(table)

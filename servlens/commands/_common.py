@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -39,7 +40,8 @@ def output_options(func):
         "out",
         type=click.Path(dir_okay=False, writable=True),
         default=None,
-        help="Write the result to this file; .json, .md, .html or .txt pick the format.",
+        help="Write the result to this file; .json, .md, .html or .txt pick the format. HTML without --out goes "
+        "to reports/KIND-TIMESTAMP.html.",
     )(func)
     func = click.option(
         "--format",
@@ -65,6 +67,24 @@ def pick_format(output_format: str | None, out: str | None) -> str:
             )
         return by_suffix[suffix]
     return "text"
+
+
+# An HTML page printed on a terminal helps nobody: without --out it goes here (the folder's real output is
+# git-ignored). Redirected or piped, stdout still gets it (`servlens analyze x --format html > r.html`).
+DEFAULT_REPORTS_DIR = Path("reports")
+
+
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def default_out(fmt: str, out: str | None, kind: str) -> str | None:
+    """--out as given; for HTML without --out on a terminal, reports/KIND-YYYYmmdd-HHMMSS.html in the working
+    directory."""
+    if out is not None or fmt != "html" or not stdout_is_terminal():
+        return out
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    return str(DEFAULT_REPORTS_DIR / f"{kind}-{stamp}.html")
 
 
 def write_output(text: str, out: str | None) -> None:

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from servlens.commands._common import output_options, pick_format, resolve_db, write_output
+from servlens.commands._common import default_out, output_options, pick_format, resolve_db, write_output
 from servlens.errors import ConfigError, InputError
 
 FAIL_ON = ("info", "warning", "critical")
@@ -80,7 +80,7 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
     if skipped:
         doc["coverage"]["skipped"] = skipped
     color = fmt == "text" and out is None and sys.stdout.isatty()
-    write_output(render(doc, fmt, templates_dir, color=color), out)
+    write_output(render(doc, fmt, templates_dir, color=color), default_out(fmt, out, "analyze"))
     _warn_not_evaluable(doc)
     ctx.exit(1 if fails(doc, fail_on) else 0)
 

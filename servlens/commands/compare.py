@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from servlens.commands._common import output_options, pick_format, resolve_db, write_output
+from servlens.commands._common import default_out, output_options, pick_format, resolve_db, write_output
 from servlens.errors import ConfigError, InputError
 
 
@@ -68,7 +68,7 @@ def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from
             con.close()
     finally:
         scratch.cleanup()
-    write_output(render(doc, fmt, templates_dir), out)
+    write_output(render(doc, fmt, templates_dir), default_out(fmt, out, "compare"))
     ctx.exit(exit_code(doc))
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from servlens.commands._common import output_options, pick_format, write_output
+from servlens.commands._common import default_out, output_options, pick_format, write_output
 from servlens.errors import InputError
 
 # The newest result-document schema this build renders (docs/CONTRIBUTING.md: every JSON output carries it).
@@ -36,7 +36,7 @@ def report(result, templates_dir, output_format, out):
     """
     fmt = pick_format(output_format, out)
     doc = load_result(Path(result))
-    write_output(render_result(doc, fmt, templates_dir), out)
+    write_output(render_result(doc, fmt, templates_dir), default_out(fmt, out, doc["kind"]))
 
 
 def load_result(path: Path) -> dict:
