@@ -565,3 +565,63 @@ def test_prefix_key_with_many_messages_and_either_path(con, tmp_path, keep_text)
     if keep_text:
         assert [r[0] for r in con.execute("SELECT prompt_text FROM requests ORDER BY source_line").fetchall()] == [
             text(m) for m in conversations]
+
+
+def test_lines_numbered_by_insert_order_after_other_sources_and_a_replace(con, tmp_path):
+    # openai-client-log numbers its lines by insert order (row_number() would keep DuckDB on one thread): the
+    # numbers must not depend on the rows already in the store, nor on the rows a replaced source left behind.
+    from servlens.ingest.compiler import CompileOptions, compile_profile
+    from servlens.ingest.profiles import get_profile
+
+    options = CompileOptions(path=tmp_path / "x.jsonl")
+    assert compile_profile(get_profile("openai-client-log"), options).insert_order_lines
+    assert compile_profile(get_profile("litellm-slp"), options).insert_order_lines  # its windows run after the insert
+    assert not compile_profile(get_profile("otel-genai-spans"), options).insert_order_lines  # many rows a line
+
+    lines = (REAL / "llamacpp" / "requests.jsonl").read_text().splitlines()
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_text("\n".join(lines[:50]) + "\n")
+    second.write_text("\n".join([lines[60], "{oops", lines[61], "", lines[62]]) + "\n")
+    ingest_inputs(con, [str(first)], run="a")
+    ingest_inputs(con, [str(second)], run="b")
+
+    def numbered() -> list[tuple[int, int]]:
+        return con.execute("SELECT source_line, (attrs->>'$.req_idx')::INT FROM requests WHERE run = 'b' "
+                           "ORDER BY 1").fetchall()
+
+    idx = [json.loads(line)["req_idx"] for line in lines]
+    assert numbered() == [(1, idx[60]), (3, idx[61]), (5, idx[62])]
+    assert con.execute("SELECT line FROM ingest_errors ORDER BY 1").fetchall() == [(2,)]
+    second.write_text("\n".join(["", lines[63], lines[64]]) + "\n")  # changed content: the source is replaced
+    ingest_inputs(con, [str(second)], run="b")
+    assert numbered() == [(2, idx[63]), (3, idx[64])]
+    assert [r[0] for r in con.execute("SELECT source_line FROM requests WHERE run = 'a' ORDER BY 1").fetchall()] == \
+        list(range(1, 51))
+
+
+@pytest.mark.parametrize("source, fmt", [
+    (REAL / "llamacpp" / "requests.jsonl", "openai-client-log"),
+    (REAL / "vllm-cpu" / "requests.jsonl", "openai-client-log"),
+    (Path(__file__).resolve().parents[1] / "data" / "gateways" / "litellm_slp_recorded.jsonl", "litellm-slp"),
+])
+def test_insert_order_numbering_gives_the_same_rows_as_row_number(tmp_path, monkeypatch, source, fmt):
+    # The fast path (lines by insert order, [derived] windows after the insert) against the plain one.
+    from servlens.ingest.compiler import CompiledProfile
+    from servlens.store.schema import REQUEST_COLUMNS
+
+    lines = source.read_text().splitlines()
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(lines[:3] + ["{broken", ""] + lines[3:]) + "\n")
+    columns = ", ".join(c for c in REQUEST_COLUMNS if c != "source_id")
+
+    def rows(fast: bool) -> list[tuple]:
+        monkeypatch.setattr(CompiledProfile, "insert_order_lines", fast)
+        con = open_store(None)
+        ingest_inputs(con, [str(path)], run="r", from_format=fmt)
+        got = con.execute(f"SELECT {columns} FROM requests ORDER BY source_line").fetchall()
+        errors = con.execute("SELECT line, reason FROM ingest_errors ORDER BY line").fetchall()
+        con.close()
+        return got + errors
+
+    fast, plain = rows(True), rows(False)
+    assert fast == plain and len(fast) == len(lines) + 1
