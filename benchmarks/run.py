@@ -302,6 +302,8 @@ def bench_size(size: int, fmt: str, data_dir: Path, work: Path, repeat: int, pan
             if name in ("analyze", "compare"):
                 report = d / ("report.html" if name == "analyze" else "compare.html")
                 meas.extra["report_bytes"] = report.stat().st_size if report.exists() else None
+                if not report.exists():  # exit 1 is a verdict only when the command wrote its report
+                    meas.note = f"failed, exit {code}: {tail.strip().splitlines()[-1] if tail.strip() else ''}"
             print(f"  [{rep + 1}/{repeat}] {name:8s} {wall:8.2f} s  {rss:8.0f} MB  exit {code}", flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return {"size": size, "format": fmt, "file_bytes": file_bytes, "after_bytes": after.stat().st_size,
