@@ -220,7 +220,9 @@ def store_config(in_memory: bool) -> dict[str, str]:
     processes on the machine keep room) and where to spill past it (SERVLENS_TEMP_DIR; default: next to an on-disk
     store, DuckDB's '<store>.tmp'; for an in-memory store a fresh folder in the system temp dir instead of DuckDB's
     '.tmp' in the working directory). DuckDB creates the folder only when it spills and removes it on close."""
-    config: dict[str, str] = {}
+    # Ingest numbers a file's lines by the order its rows are inserted in (ingest/compiler.py): DuckDB's default,
+    # set here so that no other setting can quietly turn it off.
+    config: dict[str, str] = {"preserve_insertion_order": "true"}
     limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
     if limit:
         config["memory_limit"] = limit
