@@ -9,25 +9,19 @@ Examples:
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
+from .cli import chosen, list_run_parser
 from .model import ModelSpec, ensure_model
 from .scenarios import SCENARIOS
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.engine", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("list", help="list the scenarios and what servlens should find in each")
-    run = sub.add_parser("run", help="drive a real llama.cpp server through scenarios; logs go to OUT/<run>/")
-    run.add_argument("scenarios", nargs="+", metavar="SCENARIO", help=f"one of: {', '.join(SCENARIOS)}, or all")
-    run.add_argument("--out", required=True, type=Path, help="output folder")
-    run.add_argument("--seed", type=int, default=1234, help="model seed (default 1234)")
-    run.add_argument("--model-cache", type=Path, default=None, help="where generated models are kept")
+    ap, sub = list_run_parser("python -m tools.engine", __doc__, list(SCENARIOS), "scenario",
+                              "list the scenarios and what servlens should find in each",
+                              "drive a real llama.cpp server through scenarios; logs go to OUT/<run>/")
     model = sub.add_parser("model", help="generate (or find) the tiny model and print its path")
     model.add_argument("--template", choices=["chatml", "think"], default="chatml")
     model.add_argument("--seed", type=int, default=1234)
@@ -41,10 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "model":
         print(ensure_model(ModelSpec(seed=args.seed, template=args.template), args.model_cache))
         return 0
-    names = list(SCENARIOS) if args.scenarios == ["all"] else args.scenarios
-    unknown = [n for n in names if n not in SCENARIOS]
-    if unknown:
-        print(f"Error: unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}.", file=sys.stderr)
+    names = chosen(args.names, list(SCENARIOS), "scenario")
+    if names is None:
         return 2
     from .scenarios import run_scenario
 
@@ -53,7 +45,6 @@ def main(argv: list[str] | None = None) -> int:
         run_scenario(name, args.out, args.model_cache, args.seed)
     print(f"done in {time.time() - t0:.1f} s -> {args.out}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

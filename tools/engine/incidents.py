@@ -23,7 +23,6 @@ load driver and the /metrics scraper); they live in their own module because `re
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import requests
 
+from .cli import chosen, list_run_parser
 from .load import MetricsScraper, PlannedRequest, RequestLog, _send
 from .model import ModelSpec, ensure_model
 from .scenarios import CHAT, _plan, chat_body, poisson_offsets, shared_system_prompt
@@ -198,29 +198,19 @@ INCIDENTS = {"restart": run_restart, "hol": run_hol}
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.engine.incidents", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("list", help="the incidents and what servlens should find")
-    run = sub.add_parser("run", help="record incidents into OUT/<run>/")
-    run.add_argument("names", nargs="+", metavar="NAME", help=f"one of: {', '.join(INCIDENTS)}, or all")
-    run.add_argument("--out", required=True, type=Path)
-    run.add_argument("--seed", type=int, default=1234)
-    run.add_argument("--model-cache", type=Path, default=None)
+    ap, _ = list_run_parser("python -m tools.engine.incidents", __doc__, list(INCIDENTS), "incident",
+                            "the incidents and what servlens should find", "record incidents into OUT/<run>/")
     args = ap.parse_args(argv)
     if args.cmd == "list":
         print(__doc__)
         return 0
-    names = list(INCIDENTS) if args.names == ["all"] else args.names
-    unknown = [n for n in names if n not in INCIDENTS]
-    if unknown:
-        print(f"Error: unknown incident {', '.join(unknown)}; choose from {', '.join(INCIDENTS)}.", file=sys.stderr)
+    names = chosen(args.names, list(INCIDENTS), "incident")
+    if names is None:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     for name in names:
         INCIDENTS[name](args.out, args.seed, args.model_cache)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

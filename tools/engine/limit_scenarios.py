@@ -15,7 +15,6 @@ llama.cpp server of this harness. Kept apart from scenarios.py: the same pieces,
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -26,6 +25,7 @@ from typing import Callable
 
 import requests
 
+from .cli import chosen, list_run_parser
 from .load import MetricsScraper, PlannedRequest, RequestLog, drive
 from .model import ModelSpec, ensure_model
 from .scenarios import CHAT, _plan, chat_body, poisson_offsets
@@ -121,30 +121,20 @@ def run_limit(spec: LimitRun, out_dir: Path, model_cache: Path | None = None, se
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.engine.limit_scenarios", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("list", help="the runs and what servlens should find")
-    run = sub.add_parser("run", help="run one or more of the runs into OUT/<run>/")
-    run.add_argument("runs", nargs="+", metavar="RUN", help=f"one of: {', '.join(RUNS)}, or all")
-    run.add_argument("--out", required=True, type=Path)
-    run.add_argument("--seed", type=int, default=1234)
-    run.add_argument("--model-cache", type=Path, default=None)
+    ap, _ = list_run_parser("python -m tools.engine.limit_scenarios", __doc__, list(RUNS), "run",
+                            "the runs and what servlens should find", "run one or more of the runs into OUT/<run>/")
     args = ap.parse_args(argv)
     if args.cmd == "list":
         for r in RUNS.values():
             print(f"{r.run}: {asdict(r.server)}, client timeout {r.client_timeout_s:g} s\n  expect: {r.expect}")
         return 0
-    names = list(RUNS) if args.runs == ["all"] else args.runs
-    unknown = [n for n in names if n not in RUNS]
-    if unknown:
-        print(f"Error: unknown run {', '.join(unknown)}; choose from {', '.join(RUNS)}.", file=sys.stderr)
+    names = chosen(args.names, list(RUNS), "run")
+    if names is None:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     for name in names:
         run_limit(RUNS[name], args.out, args.model_cache, args.seed)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
