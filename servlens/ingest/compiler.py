@@ -133,6 +133,9 @@ class CompileOptions:
     tz: str | None = None  # --tz: the zone of naive wall-clock times
     json_multiline: bool = False  # reader json: the file is one document over many lines (sniffed)
     safe: bool = False  # wrap every expression in try() (after the fast path met a conversion error)
+    # source_line left NULL for the ingester to set from the insert order; [derived] windows left for after the
+    # insert (only where can_number_by_insert_order says so)
+    lines_by_insert_order: bool = False
 
 
 @dataclass
@@ -144,28 +147,23 @@ class CompiledProfile:
     final_columns: dict[str, str]  # canonical column -> expression over the last CTE (except run/source_id)
     run_expr: str
     macros: dict[str, tuple[list[str], str]] = field(default_factory=dict)
-    # Lines numbered by DuckDB's order-preserving insert instead of row_number() (see number_by_insert_order).
-    insert_order_lines: bool = False
-    # [derived] columns with a window function: in that mode they are set after the insert (a window reorders rows).
-    windowed_derived: dict[str, str] = field(default_factory=dict)
-    plain_derived_cte: str = "SELECT * FROM _s4"
+    lines_by_insert_order: bool = False  # compiled with CompileOptions.lines_by_insert_order
 
-    def _with(self, number_by_insert_order: bool = False) -> str:
-        ctes = self.ctes
-        if number_by_insert_order and self.insert_order_lines:
-            swap = {"_raw": lambda body: body.replace(_ROW_NUMBER_LINE, _PLACEHOLDER_LINE, 1),
-                    "_s5": lambda body: self.plain_derived_cte}
-            ctes = [(name, swap[name](body) if name in swap else body) for name, body in ctes]
-        return "WITH " + ",\n".join(f"{name} AS (\n{body}\n)" for name, body in ctes)
+    def _with(self) -> str:
+        return "WITH " + ",\n".join(f"{name} AS (\n{body}\n)" for name, body in self.ctes)
 
     def after_insert_sql(self, where: str) -> list[str]:
-        """With number_by_insert_order: the statements that finish the rows one INSERT added (`where` selects
-        exactly them): line numbers from the insert order, then the windowed [derived] columns over those rows."""
+        """When compiled with lines_by_insert_order: the statements that finish the rows one INSERT added (`where`
+        selects exactly them): line numbers from the insert order, then the windowed [derived] columns over those
+        rows. None are needed otherwise."""
+        if not self.lines_by_insert_order:
+            return []
         statements = [number_lines_sql(where)]
-        if self.windowed_derived:
-            sets = ", ".join(f"{col} = coalesce(requests.{col}, x.{col})" for col in self.windowed_derived)
+        windowed = _windowed(self.profile)
+        if windowed:
+            sets = ", ".join(f"{col} = coalesce(requests.{col}, x.{col})" for col in windowed)
             values = ", ".join(f"TRY_CAST(({_LINE_RE.sub('source_line', expr)}) AS {REQUEST_COLUMNS[col]}) AS {col}"
-                               for col, expr in self.windowed_derived.items())
+                               for col, expr in windowed.items())
             statements.append(f"UPDATE requests SET {sets} FROM (SELECT rowid AS _rid, {values} FROM requests "
                               f"WHERE {where}) AS x WHERE requests.rowid = x._rid")
         return statements
@@ -181,13 +179,8 @@ class CompiledProfile:
         """The distinct run labels of the good rows (used when the run comes from the file)."""
         return f"{self._with()}\nSELECT DISTINCT {self.run_expr} AS run FROM _last WHERE _ok ORDER BY 1"
 
-    def select(self, source_id_sql: str = "NULL", where_sql: str = "true", number_by_insert_order: bool = False) -> str:
-        """The SELECT yielding REQUEST_COLUMNS in order; `source_id_sql` and `where_sql` may use `_run`.
-
-        `number_by_insert_order` (only where `insert_order_lines`): source_line is left NULL, for the caller to set
-        from the rows' insert order (`number_lines_sql`). row_number() OVER () makes DuckDB run the whole
-        extraction on one thread; without it the pipeline runs on every core, and an INSERT keeps the file's order
-        (preserve_insertion_order), so the n-th row inserted is the reader's n-th line."""
+    def select(self, source_id_sql: str = "NULL", where_sql: str = "true") -> str:
+        """The SELECT yielding REQUEST_COLUMNS in order; `source_id_sql` and `where_sql` may use `_run`."""
         parts = []
         for column, sqltype in REQUEST_COLUMNS.items():
             if column == "run":
@@ -198,7 +191,7 @@ class CompiledProfile:
                 parts.append(f"{self.final_columns[column]} AS {column}")
         body = ",\n  ".join(parts)
         return (
-            f"{self._with(number_by_insert_order)},\n_runs AS (SELECT *, CASE WHEN _ok THEN {self.run_expr} END AS _run FROM _last)\n"
+            f"{self._with()},\n_runs AS (SELECT *, CASE WHEN _ok THEN {self.run_expr} END AS _run FROM _last)\n"
             f"SELECT\n  {body}\nFROM _runs WHERE (NOT _ok) OR ({where_sql})"
         )
 
@@ -273,7 +266,11 @@ def _raw_source(profile: Profile, opts: CompileOptions) -> tuple[str, bool]:
     """The _raw CTE body and whether its rows are JSON text (`_text`)."""
     path = sql_str(str(opts.path))
     longest = line_longest(profile, opts)
-    lines = f"SELECT {_ROW_NUMBER_LINE}, line AS _text FROM {line_reader_sql(opts.path, opts.compression, longest)}"
+    # row_number() OVER () makes DuckDB run the whole extraction on one thread (11.7 s against 6.8 s for 1M lines
+    # on 2 cores). Where the rows come out one per line in line order, the ingester numbers them instead by their
+    # insert order (an INSERT keeps the file's order: preserve_insertion_order).
+    number = "CAST(NULL AS BIGINT)" if opts.lines_by_insert_order else "row_number() OVER ()"
+    lines = f"SELECT {number} AS _line, line AS _text FROM {line_reader_sql(opts.path, opts.compression, longest)}"
     if profile.reader == "jsonl" or (profile.reader == "json" and not opts.json_multiline):
         # One JSON value per line (a vLLM bench result is one line; --append-result adds one line per run).
         return lines, True
@@ -297,9 +294,7 @@ def _raw_source(profile: Profile, opts: CompileOptions) -> tuple[str, bool]:
 
 
 _WINDOW_RE = re.compile(r"\bover\s*\(", re.IGNORECASE)
-_ROW_NUMBER_LINE = "row_number() OVER () AS _line"
 _LINE_RE = re.compile(r"\b_line\b")
-_PLACEHOLDER_LINE = "CAST(NULL AS BIGINT) AS _line"
 
 
 def number_lines_sql(where: str) -> str:
@@ -321,7 +316,7 @@ def _windowed(profile: Profile) -> dict[str, str]:
     return {col: expr for col, expr in profile.derived.items() if _WINDOW_RE.search(expr)}
 
 
-def _insert_order_lines(profile: Profile, opts: CompileOptions) -> bool:
+def can_number_by_insert_order(profile: Profile, opts: CompileOptions) -> bool:
     """Whether the rows come out in line order, one per line, and nothing reads _line before the insert: a line
     reader, no explode, no window function (a window reorders rows) and no expression naming _line - except
     [derived] windows, which then run after the insert over the inserted rows."""
@@ -494,17 +489,15 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
   coalesce(tpot_s, CASE WHEN completion_tokens > 1 AND decode_s IS NOT NULL THEN decode_s / (completion_tokens - 1) END) AS tpot_s
 ) FROM _s3"""))
     last = "_s4"
-    plain_derived_cte = "SELECT * FROM _s4"
-    if profile.derived:
-        def derive(items) -> str:
-            replaced = ", ".join(f"coalesce({col}, TRY_CAST({_try(expr, opts)} AS {REQUEST_COLUMNS[col]})) AS {col}"
-                                 for col, expr in items)
-            return f"SELECT * REPLACE ({replaced}) FROM _s4"
-
-        ctes.append(("_s5", derive(profile.derived.items())))
-        plain = [(col, expr) for col, expr in profile.derived.items() if col not in _windowed(profile)]
-        if plain:
-            plain_derived_cte = derive(plain)
+    # With lines numbered by insert order, windowed [derived] columns are set after the insert (after_insert_sql).
+    derived = {col: expr for col, expr in profile.derived.items()
+               if not (opts.lines_by_insert_order and col in _windowed(profile))}
+    if derived:
+        replaced = ", ".join(
+            f"coalesce({col}, TRY_CAST({_try(expr, opts)} AS {REQUEST_COLUMNS[col]})) AS {col}"
+            for col, expr in derived.items()
+        )
+        ctes.append(("_s5", f"SELECT * REPLACE ({replaced}) FROM _s4"))
         last = "_s5"
     # Normalised once here, not once per use in the final projection.
     ctes.append(("_norm", f"SELECT *, lower(trim(finish_reason)) AS _fr FROM {last}"))
@@ -529,8 +522,7 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
     macros["sl_keep_text"] = ([], "true" if opts.keep_text else "false")
     macros.update(profile.macros)
     return CompiledProfile(profile=profile, ctes=ctes, final_columns=final, run_expr=run_expr, macros=macros,
-                           insert_order_lines=_insert_order_lines(profile, opts),
-                           windowed_derived=_windowed(profile), plain_derived_cte=plain_derived_cte)
+                           lines_by_insert_order=opts.lines_by_insert_order)
 
 
 _STATUS_SQL = (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from servlens.ingest.compiler import (
     BAD_ROW_STATUS,
     MAX_LINE_BYTES,
     CompileOptions,
+    can_number_by_insert_order,
     compile_profile,
     line_longest,
     line_reader_sql,
@@ -180,8 +181,9 @@ def ingest_request_file(
             source_sql, where = str(first_id), "true"
         con.execute("DROP TABLE IF EXISTS _sl_csv_rejects; DROP TABLE IF EXISTS _sl_csv_reject_scans")
         # Numbering lines by insert order needs every row the query yields to be inserted: no run filtered out.
-        by_order = compiled.insert_order_lines and (runs is None or len(ids) == len(runs))
-        sql = compiled.select(source_id_sql=source_sql, where_sql=where, number_by_insert_order=by_order)
+        if can_number_by_insert_order(profile, opts) and (runs is None or len(ids) == len(runs)):
+            compiled = compile_profile(profile, replace(opts, lines_by_insert_order=True))
+        sql = compiled.select(source_id_sql=source_sql, where_sql=where)
         try:
             con.execute(f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)})\n{sql}")
         except _CONVERSION_ERRORS as exc:
@@ -192,10 +194,9 @@ def ingest_request_file(
             return ingest_request_file(con, path, profile, **retry)
         except duckdb.Error as exc:
             raise _profile_error(profile, path, exc) from exc
-        if by_order:
-            inserted = f"source_id IN ({', '.join(str(v) for v in ids.values())})" if ids else f"source_id = {first_id}"
-            for statement in compiled.after_insert_sql(inserted):
-                con.execute(statement)
+        inserted = f"source_id IN ({', '.join(str(v) for v in ids.values())})" if ids else f"source_id = {first_id}"
+        for statement in compiled.after_insert_sql(inserted):
+            con.execute(statement)
         if runs is None:
             ids = _assign_learnt_runs(con, result, path, profile, first_id, job.sha256(), relative, naive_tz)
             if not ids:

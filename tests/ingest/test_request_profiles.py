@@ -570,13 +570,13 @@ def test_prefix_key_with_many_messages_and_either_path(con, tmp_path, keep_text)
 def test_lines_numbered_by_insert_order_after_other_sources_and_a_replace(con, tmp_path):
     # openai-client-log numbers its lines by insert order (row_number() would keep DuckDB on one thread): the
     # numbers must not depend on the rows already in the store, nor on the rows a replaced source left behind.
-    from servlens.ingest.compiler import CompileOptions, compile_profile
+    from servlens.ingest.compiler import CompileOptions, can_number_by_insert_order
     from servlens.ingest.profiles import get_profile
 
     options = CompileOptions(path=tmp_path / "x.jsonl")
-    assert compile_profile(get_profile("openai-client-log"), options).insert_order_lines
-    assert compile_profile(get_profile("litellm-slp"), options).insert_order_lines  # its windows run after the insert
-    assert not compile_profile(get_profile("otel-genai-spans"), options).insert_order_lines  # many rows a line
+    assert can_number_by_insert_order(get_profile("openai-client-log"), options)
+    assert can_number_by_insert_order(get_profile("litellm-slp"), options)  # its windows run after the insert
+    assert not can_number_by_insert_order(get_profile("otel-genai-spans"), options)  # many rows a line
 
     lines = (REAL / "llamacpp" / "requests.jsonl").read_text().splitlines()
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
@@ -606,7 +606,8 @@ def test_lines_numbered_by_insert_order_after_other_sources_and_a_replace(con, t
 ])
 def test_insert_order_numbering_gives_the_same_rows_as_row_number(tmp_path, monkeypatch, source, fmt):
     # The fast path (lines by insert order, [derived] windows after the insert) against the plain one.
-    from servlens.ingest.compiler import CompiledProfile
+    from servlens.ingest import requests as ingest_requests
+    from servlens.ingest.compiler import can_number_by_insert_order
     from servlens.store.schema import REQUEST_COLUMNS
 
     lines = source.read_text().splitlines()
@@ -615,7 +616,8 @@ def test_insert_order_numbering_gives_the_same_rows_as_row_number(tmp_path, monk
     columns = ", ".join(c for c in REQUEST_COLUMNS if c != "source_id")
 
     def rows(fast: bool) -> list[tuple]:
-        monkeypatch.setattr(CompiledProfile, "insert_order_lines", fast)
+        monkeypatch.setattr(ingest_requests, "can_number_by_insert_order",
+                            can_number_by_insert_order if fast else lambda profile, opts: False)
         con = open_store(None)
         ingest_inputs(con, [str(path)], run="r", from_format=fmt)
         got = con.execute(f"SELECT {columns} FROM requests ORDER BY source_line").fetchall()
