@@ -59,11 +59,10 @@ def detect(ctx: DetectorContext) -> dict:
              runs AS (SELECT *, count(*) FILTER (WHERE is_error) OVER w AS errors_ahead, count(*) OVER w AS ahead
                       FROM r WINDOW w AS (PARTITION BY i ORDER BY t_at, source_line, request_id
                                           ROWS BETWEEN CURRENT ROW AND {n_ok - 1} FOLLOWING)),
-             ready AS (SELECT i, min(since_s) FILTER (WHERE errors_ahead = 0 AND ahead = {n_ok}) AS ready_s
+             ready AS (SELECT i, least(coalesce(min(since_s) FILTER (WHERE errors_ahead = 0 AND ahead = {n_ok}),
+                                                {ready_s}), {ready_s}) AS period_s
                        FROM runs GROUP BY i),
-             e AS (SELECT r.*, least(coalesce(ready.ready_s, {ready_s}), {ready_s}) AS period_s,
-                          since_s < least(coalesce(ready.ready_s, {ready_s}), {ready_s}) AS early
-                   FROM r JOIN ready USING (i))
+             e AS (SELECT r.*, ready.period_s, r.since_s < ready.period_s AS early FROM r JOIN ready USING (i))
         SELECT i, min(t_start) AS t_start,
                count(*) FILTER (WHERE early) AS early,
                count(*) FILTER (WHERE early AND is_error) AS early_errors,
