@@ -66,6 +66,9 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
     fmt = pick_format(output_format, out)
     if fmt == "html":
         _html_renderer()  # fail before any work when HTML is not available
+        from servlens.render.charts import warm_up
+
+        warm_up()
     rules = load_rules(list(rules_dirs))
     selected = select_rules(rules, _split(select), _split(ignore))
     if not selected:

@@ -171,3 +171,23 @@ def test_logit_axis_reaches_99_9_percent_when_the_data_do_and_drops_lines_it_can
     # without y_logit a cdf keeps its linear 0–1 axis
     axes, _ = _drawn_axes(gate_cdf(y_logit=False))
     assert axes.get_yscale() == "linear" and axes.get_ylim() == (0, 1.02)
+
+
+def test_numeric_bars_are_one_path_per_series_from_zero():
+    """A histogram of a day's windows: each series is one filled path with a closed rectangle per bar (one SVG
+    element instead of 300), both series keep their legend entries, and the value axis starts at 0."""
+    chart = {"type": "bar", "title": "e2e", "x_label": "e2e (s)", "y_label": "requests", "series": [
+        {"name": "finished", "x": [i * 2.0 for i in range(300)], "y": [float(1 + i % 7) for i in range(300)]},
+        {"name": "failed", "x": [i * 2.0 for i in range(300)], "y": [float(i % 3) for i in range(300)]}]}
+    svg, notes = chart_svg(chart, "c1")
+    assert notes == []
+    filled = re.findall(r'<path d="([^"]*)"[^>]*style="fill: (#[0-9a-f]{6})"', svg)
+    bars = {colour: d.count("z") for d, colour in filled if d.count("z") > 1}
+    assert bars == {"#0072b2": 300, "#d55e00": 300}
+    assert ">finished<" in svg and ">failed<" in svg
+    # The lowest y tick reads 0 and sits where every bar starts (SVG y grows downward), with no margin below it.
+    first_tick = re.search(r'id="c1-ytick_1">.*?use [^>]*y="([\d.]+)".*?<text [^>]*>([^<]*)</text>', svg, re.S)
+    assert first_tick.group(2) == "0"
+    bar_path = next(d for d, colour in filled if colour == "#0072b2" and d.count("z") > 1)
+    bar_bottom = max(float(y) for y in re.findall(r"[ML] [\d.]+ ([\d.]+)", bar_path))
+    assert bar_bottom == float(first_tick.group(1))
