@@ -104,7 +104,6 @@ def chart_svg(chart: dict, chart_id: str = "c0", relative_clock: bool = False) -
     if _warm_up is not None:
         _warm_up.join()  # an import error surfaces below, in this thread
     import matplotlib
-
     from matplotlib.backends.backend_svg import FigureCanvasSVG
     from matplotlib.figure import Figure
 
@@ -426,9 +425,7 @@ def _plain_log_ticks(axis, limits: tuple[float, float]) -> None:
     """Log ticks as plain numbers (0.01, 0.1, 1, 10): matplotlib's default 10^x labels go through mathtext,
     which is slow and reads worse for seconds. On a short axis (under two decades) the 2× and 5× ticks are
     labelled too, or it would carry one or two labels only."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    from matplotlib.ticker import NullLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
     plain = FuncFormatter(lambda value, _pos: f"{value:g}")
     axis.set_major_formatter(plain)

@@ -222,3 +222,20 @@ def test_harness_smoke(tmp_path):
     out = tmp_path / "RESULTS.md"
     run.write_results(out, [result], ["--smoke"], 1, table, 0)
     assert "Command: `python benchmarks/run.py --smoke`" in out.read_text()
+
+
+def test_floor_times_every_stage_on_the_same_rows(capsys):
+    """benchmarks/floor.py on a real llama.cpp client log: every stage reads every request (the ratios compare like
+    with like), and the table names each stage."""
+    floor = _load("servlens_bench_floor", REPO / "benchmarks" / "floor.py")
+    requests = sum(1 for line in REAL_CLIENT_LOG.read_text().splitlines() if line.strip())
+    measured = floor.measure([str(REAL_CLIENT_LOG), "--repeat", "1"])
+    assert list(measured) == ["scan", "lines", next(k for k in measured if k.startswith("lines + present")),
+                              next(k for k in measured if k.startswith("lines + all")), "read_json as text",
+                              "ingest query"]
+    assert {name: rows for name, (_, rows) in measured.items()} == dict.fromkeys(measured, requests)
+    present = int(next(k for k in measured if k.startswith("lines + present")).split("(")[1].rstrip(")"))
+    every = int(next(k for k in measured if k.startswith("lines + all")).split("(")[1].rstrip(")"))
+    assert 0 < present < every  # a llama.cpp log has no vLLM metrics paths
+    out = capsys.readouterr().out
+    assert "requests.jsonl: 1 repetitions" in out and out.count("\n") == len(measured) + 2
