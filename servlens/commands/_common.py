@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -96,3 +98,19 @@ def write_output(text: str, out: str | None) -> None:
         click.echo(f"Wrote {path}", err=True)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def import_in_background(*modules: str) -> threading.Thread:
+    """Import `modules` in a daemon thread while the caller's DuckDB work (which releases the GIL) runs; join the
+    thread before using them. A failed import is left for the caller's own import to report."""
+
+    def run() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                return
+
+    thread = threading.Thread(target=run, name="servlens-imports", daemon=True)
+    thread.start()
+    return thread

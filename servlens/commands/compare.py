@@ -54,10 +54,6 @@ def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from
     if fmt == "html" and templates_dir is not None and not Path(templates_dir).is_dir():
         # Before any ingest or bootstrap: a mistyped folder should not cost the whole comparison.
         raise ConfigError(f"Template folder '{templates_dir}' does not exist", "Pass --templates a folder of .html files")
-    if fmt == "html":
-        from servlens.render.charts import warm_up
-
-        warm_up()
     policy = load_policy(policy_path)
     if by is not None:
         policy = policy.with_by(parse_by(by))

@@ -11,9 +11,9 @@ and element ids prefixed per chart so several charts in one page never collide. 
 chart's size does not grow with the input even when a producer forgot to aggregate.
 
 matplotlib is imported inside the functions: importing it costs about half a second, and the CLI must start fast.
-A command that will draw charts calls `warm_up()` first, so the import happens in a thread while DuckDB (which
-releases the GIL) ingests and runs the rules. pyplot is never used (no global state, no GUI backend): a bare Figure
-with the SVG canvas.
+`servlens analyze` starts that import in a thread (CHART_MODULES, commands._common.import_in_background) while
+DuckDB ingests and runs the rules. pyplot is never used (no global state, no GUI backend): a bare Figure with the
+SVG canvas.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import html
 import io
 import math
 import re
-import threading
 from datetime import datetime, timezone
 from typing import Any
 
@@ -71,22 +70,8 @@ _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
 _SIZE_ATTRS = re.compile(r'<svg([^>]*?)\swidth="[^"]*"\s+height="[^"]*"')
 
 
-_warm_up: threading.Thread | None = None
-
-
-def _import_matplotlib() -> None:
-    import matplotlib  # noqa: F401
-    from matplotlib.backends.backend_svg import FigureCanvasSVG  # noqa: F401
-    from matplotlib.figure import Figure  # noqa: F401
-
-
-def warm_up() -> None:
-    """Import matplotlib in a background thread (about 0.8 s, a fixed cost of every HTML report) while the caller
-    does its DuckDB work; chart_svg waits for it. Harmless when called twice or when no chart is drawn."""
-    global _warm_up
-    if _warm_up is None:
-        _warm_up = threading.Thread(target=_import_matplotlib, name="servlens-charts-import", daemon=True)
-        _warm_up.start()
+# What chart_svg imports: a command that will draw charts imports these in the background while DuckDB works.
+CHART_MODULES = ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_svg")
 
 
 def is_chart(value: Any) -> bool:
@@ -101,8 +86,6 @@ def chart_svg(chart: dict, chart_id: str = "c0", relative_clock: bool = False) -
     `relative_clock` marks runs whose timestamps are offsets from 1970-01-01 (DESIGN.md "Times"): their time axis
     reads +hh:mm:ss instead of a date.
     """
-    if _warm_up is not None:
-        _warm_up.join()  # an import error surfaces below, in this thread
     import matplotlib
     from matplotlib.backends.backend_svg import FigureCanvasSVG
     from matplotlib.figure import Figure
