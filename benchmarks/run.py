@@ -12,7 +12,8 @@ with a known regression, then measures, each as its own child process, several r
   is small enough to fit in memory: it needs several times the file's size).
 
 Wall time is the child's whole life (interpreter start included) — the median of the repetitions, with the range
-as the noise; peak RSS is the command's own maximum resident set (``wait4`` rusage in a small launcher process, which
+as the noise; CPU time (user + system, from the same ``wait4``) is reported beside it, steadier on a shared machine;
+peak RSS is the command's own maximum resident set (``wait4`` rusage in a small launcher process, which
 covers the whole process and its threads). A command that does not exist yet is reported as "not available", not run.
 
 Example:
@@ -119,6 +120,7 @@ class Measure:
     available: bool = True
     note: str = ""
     wall_s: list[float] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)  # user + system time of the command's process
     rss_mb: list[float] = field(default_factory=list)
     exit_codes: list[int] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
@@ -126,6 +128,10 @@ class Measure:
     @property
     def median(self) -> float | None:
         return statistics.median(self.wall_s) if self.wall_s else None
+
+    @property
+    def cpu_median(self) -> float | None:
+        return statistics.median(self.cpu_s) if self.cpu_s else None
 
     @property
     def peak_rss(self) -> float | None:
@@ -155,12 +161,15 @@ if pid == 0:
 _, status, usage = os.wait4(pid, 0)
 wall = time.perf_counter() - t0
 with open(out, "w") as fh:
-    json.dump({"wall": wall, "maxrss_kb": usage.ru_maxrss, "code": os.waitstatus_to_exitcode(status)}, fh)
+    json.dump({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "maxrss_kb": usage.ru_maxrss,
+               "code": os.waitstatus_to_exitcode(status)}, fh)
 """
 
 
-def run_child(argv: list[str], cwd: Path, niceness: int = 10, timeout: float = 7200) -> tuple[float, float, int, str]:
-    """Run ``argv`` at lowered priority (the machine is shared); return (wall seconds, peak RSS in MB of the command's process, exit code, stderr tail)."""
+def run_child(argv: list[str], cwd: Path, niceness: int = 10,
+              timeout: float = 7200) -> tuple[float, float, float, int, str]:
+    """Run ``argv`` at lowered priority (the machine is shared); return (wall seconds, CPU seconds (user + system),
+    peak RSS in MB of the command's process, exit code, stderr tail)."""
     fd, result_path = tempfile.mkstemp(prefix="bench-result-")
     os.close(fd)
     with tempfile.TemporaryFile() as err:
@@ -171,9 +180,10 @@ def run_child(argv: list[str], cwd: Path, niceness: int = 10, timeout: float = 7
     try:
         result = json.loads(Path(result_path).read_text())
     except ValueError:
-        result = {"wall": float("nan"), "maxrss_kb": 0, "code": proc.returncode}
+        result = {"wall": float("nan"), "cpu": float("nan"), "maxrss_kb": 0, "code": proc.returncode}
     Path(result_path).unlink()
-    return result["wall"], result["maxrss_kb"] / 1024.0, result["code"], tail  # ru_maxrss is KiB on Linux
+    # ru_maxrss is KiB on Linux
+    return result["wall"], result["cpu"], result["maxrss_kb"] / 1024.0, result["code"], tail
 
 
 def servlens_argv() -> list[str]:
@@ -290,8 +300,9 @@ def bench_size(size: int, fmt: str, data_dir: Path, work: Path, repeat: int, pan
             if not meas.available:
                 continue
             d = fresh(name)
-            wall, rss, code, tail = run_child(make(d), cwd=d, niceness=niceness)
+            wall, cpu, rss, code, tail = run_child(make(d), cwd=d, niceness=niceness)
             meas.wall_s.append(wall)
+            meas.cpu_s.append(cpu)
             meas.rss_mb.append(rss)
             meas.exit_codes.append(code)
             ok_codes = {0, 1, 3} if name in ("analyze", "compare") else {0}
@@ -304,7 +315,8 @@ def bench_size(size: int, fmt: str, data_dir: Path, work: Path, repeat: int, pan
                 meas.extra["report_bytes"] = report.stat().st_size if report.exists() else None
                 if not report.exists():  # exit 1 is a verdict only when the command wrote its report
                     meas.note = f"failed, exit {code}: {tail.strip().splitlines()[-1] if tail.strip() else ''}"
-            print(f"  [{rep + 1}/{repeat}] {name:8s} {wall:8.2f} s  {rss:8.0f} MB  exit {code}", flush=True)
+            print(f"  [{rep + 1}/{repeat}] {name:8s} {wall:8.2f} s  {cpu:8.2f} s CPU  {rss:8.0f} MB  exit {code}",
+                  flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return {"size": size, "format": fmt, "file_bytes": file_bytes, "after_bytes": after.stat().st_size,
             "manifest": json.loads(manifest.read_text()), "measures": m}
@@ -332,14 +344,14 @@ def fmt_num(x: float | None, spec: str = ".2f", unit: str = "") -> str:
 
 
 def tables(results: list[dict], repeat: int) -> str:
-    lines = [f"| size | file | step | wall s (median of {repeat}) | range s | peak RSS MB | note |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [f"| size | file | step | wall s (median of {repeat}) | range s | CPU s (median) | peak RSS MB | note |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in results:
         size = f"{label(r['size'])}"
         for name, meas in r["measures"].items():
             file_mb = r["file_bytes"] / 1e6 if name not in ("scan2", "compare") else (r["file_bytes"] + r["after_bytes"]) / 1e6
             if not meas.available or not meas.wall_s:
-                lines.append(f"| {size} | {file_mb:.0f} MB | {name} | - | - | - | {meas.note} |")
+                lines.append(f"| {size} | {file_mb:.0f} MB | {name} | - | - | - | - | {meas.note} |")
                 continue
             note = meas.note
             if name == "ingest" and meas.extra.get("rows") is not None:
@@ -349,7 +361,7 @@ def tables(results: list[dict], repeat: int) -> str:
             if meas.extra.get("report_bytes"):
                 note = (note + "; " if note else "") + f"report {meas.extra['report_bytes'] / 1e6:.2f} MB"
             lines.append(f"| {size} | {file_mb:.0f} MB | {name} | {meas.median:.2f} | {meas.noise()} | "
-                         f"{meas.peak_rss:.0f} | {note} |")
+                         f"{fmt_num(meas.cpu_median)} | {meas.peak_rss:.0f} | {note} |")
     lines += ["", "Ratios per repetition round, median (range); the targets from issue #7 in brackets:", "",
               "| size | ingest / scan [≤ 1.5] | analyze / scan [≤ 3] | pandas / analyze [≥ 10] | "
               "compare / scan both [≤ 3] | pandas / scan | s per 1M rows (scan, ingest, analyze) |",
@@ -361,6 +373,15 @@ def tables(results: list[dict], repeat: int) -> str:
                      f"{paired(ms['analyze'], ms['scan'])} | {paired(ms['pandas'], ms['analyze'])} | "
                      f"{paired(ms['compare'], ms['scan2'])} | {paired(ms['pandas'], ms['scan'])} | "
                      f"{per_m(ms['scan'])}, {per_m(ms['ingest'])}, {per_m(ms['analyze'])} |")
+    lines += ["", "The same ratios in CPU time (user + system, medians): steadier than wall time when neighbours share "
+              "the cores, though it does not count waiting.", "",
+              "| size | ingest / scan | analyze / scan | pandas / analyze | compare / scan both |", "|---|---|---|---|---|"]
+    for r in results:
+        ms = r["measures"]
+        cpu = lambda a, b: fmt_num(None if not (ms[a].cpu_median and ms[b].cpu_median)  # noqa: E731
+                                   else ms[a].cpu_median / ms[b].cpu_median)
+        lines.append(f"| {label(r['size'])} | {cpu('ingest', 'scan')} | {cpu('analyze', 'scan')} | "
+                     f"{cpu('pandas', 'analyze')} | {cpu('compare', 'scan2')} |")
     return "\n".join(lines)
 
 
@@ -410,7 +431,8 @@ Steps: `scan` = DuckDB `read_json` of the file materialising the fields ingest r
 practical limit); `ingest` = `servlens ingest`; `analyze` = `servlens analyze` end to end (ingest + every rule + HTML);
 `scan2` = the scan of both files of the pair; `compare` = `servlens compare before after`; `pandas` =
 `pandas.read_json(lines=True)`. Each is a fresh child process (interpreter start included) with a fresh store;
-peak RSS is the command's own maximum resident set (`wait4` in a small launcher process).
+CPU s is the command's user + system time and peak RSS its own maximum resident set (`wait4` in a small launcher
+process).
 
 {table}
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -218,7 +219,11 @@ def test_harness_smoke(tmp_path):
         assert m["compare"].exit_codes[0] in (0, 1, 3), m["compare"].note
     table = run.tables([result], 1)
     assert "| 2000 | " not in table
-    assert f"| 2k | {result['file_bytes'] / 1e6:.0f} MB | scan | {m['scan'].median:.2f} |" in table
+    scan_row = f"| 2k | {result['file_bytes'] / 1e6:.0f} MB | scan | {m['scan'].median:.2f} | - | {m['scan'].cpu_median:.2f} |"
+    assert scan_row in table
+    # CPU time is the command's own (user + system): positive, and at most every core for the whole wall time
+    assert all(0 < meas.cpu_s[0] <= meas.wall_s[0] * (os.cpu_count() or 1) for meas in m.values() if meas.cpu_s)
+    assert "| size | ingest / scan | analyze / scan | pandas / analyze | compare / scan both |" in table
     out = tmp_path / "RESULTS.md"
     run.write_results(out, [result], ["--smoke"], 1, table, 0)
     assert "Command: `python benchmarks/run.py --smoke`" in out.read_text()
