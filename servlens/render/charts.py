@@ -424,9 +424,9 @@ def _plain_log_ticks(axis, limits: tuple[float, float]) -> None:
 
 
 def _bars_as_one_path(axes, lefts: list[float], heights: list[float], width: float, colour: str, label: str) -> None:
-    """Bars from 0 drawn as one filled path: one SVG element per series instead of one patch per bar, which is
-    what made a chart of a day's windows slow to draw and write (axes.bar: an artist, a transform and a styled
-    <path> for each of up to MAX_POINTS_PER_SERIES bars)."""
+    """Bars from 0 drawn as one filled path: one SVG element per series instead of one patch per bar (axes.bar
+    makes an artist, a transform and a styled <path> for each of up to MAX_POINTS_PER_SERIES bins, which made the
+    latency and length histograms the slowest charts to draw and write)."""
     from matplotlib.patches import PathPatch
     from matplotlib.path import Path
 
