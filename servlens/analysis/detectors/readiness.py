@@ -53,16 +53,27 @@ def detect(ctx: DetectorContext) -> dict:
     per_start = ctx.rows(f"""
         WITH s AS (SELECT * FROM (VALUES {values}) AS v(i, t_start)),
              b AS (SELECT i, t_start, lead(t_start) OVER (ORDER BY t_start) AS t_next FROM s),
-             r AS (SELECT b.i, b.t_start, q.*, {READINESS_ERROR} AS is_error, {SUCCESS} AS is_success,
+             r AS (SELECT b.i, b.t_start, q.t_at, q.source_line, q.request_id, q.http_status, q.error_type,
+                          q.finish_reason, {READINESS_ERROR} AS is_error, {SUCCESS} AS is_success,
                           date_diff('microsecond', b.t_start, q.t_at) / 1e6 AS since_s
                    FROM b JOIN scope_requests q ON q.t_at >= b.t_start AND (b.t_next IS NULL OR q.t_at < b.t_next)),
+             -- Only a request within ready_window_s of its start can end the period early, and it looks at most
+             -- ready_successes - 1 requests ahead: the window needs those rows, not the whole run sorted.
+             near AS (SELECT i, t_at, source_line, request_id, is_error, since_s FROM r WHERE since_s < {ready_s}
+                      UNION ALL
+                      SELECT unnest(arg_min(struct_pack(i, t_at, source_line, request_id, is_error, since_s),
+                                            struct_pack(t_at, source_line, request_id), {max(n_ok - 1, 1)}), recursive := true)
+                      FROM r WHERE since_s >= {ready_s} GROUP BY i),
              runs AS (SELECT *, count(*) FILTER (WHERE is_error) OVER w AS errors_ahead, count(*) OVER w AS ahead
-                      FROM r WINDOW w AS (PARTITION BY i ORDER BY t_at, source_line, request_id
-                                          ROWS BETWEEN CURRENT ROW AND {n_ok - 1} FOLLOWING)),
+                      FROM near WINDOW w AS (PARTITION BY i ORDER BY t_at, source_line, request_id
+                                             ROWS BETWEEN CURRENT ROW AND {n_ok - 1} FOLLOWING)),
              ready AS (SELECT i, least(coalesce(min(since_s) FILTER (WHERE errors_ahead = 0 AND ahead = {n_ok}),
                                                 {ready_s}), {ready_s}) AS period_s
                        FROM runs GROUP BY i),
-             e AS (SELECT r.*, ready.period_s, r.since_s < ready.period_s AS early FROM r JOIN ready USING (i))
+             e AS (SELECT r.*, ready.period_s, r.since_s < ready.period_s AS early,
+                          coalesce(CAST(http_status AS VARCHAR), error_type,
+                                   CASE WHEN finish_reason = 'timeout' THEN 'timeout' END, 'no HTTP response') AS kind
+                   FROM r JOIN ready USING (i))
         SELECT i, min(t_start) AS t_start,
                count(*) FILTER (WHERE early) AS early,
                count(*) FILTER (WHERE early AND is_error) AS early_errors,
@@ -72,10 +83,7 @@ def detect(ctx: DetectorContext) -> dict:
                min(since_s) FILTER (WHERE is_success) AS first_success_s,
                max(since_s) FILTER (WHERE early AND is_error) AS last_early_error_s,
                count(*) FILTER (WHERE is_success) AS successes,
-               string_agg(DISTINCT coalesce(CAST(http_status AS VARCHAR), error_type,
-                                             CASE WHEN finish_reason = 'timeout' THEN 'timeout' END,
-                                             'no HTTP response'), ', ')
-                 FILTER (WHERE is_error) AS error_kinds
+               string_agg(DISTINCT kind, ', ' ORDER BY kind) FILTER (WHERE is_error) AS error_kinds
         FROM e GROUP BY i ORDER BY i""")
     by_index = {row["i"]: row for row in per_start}
     judged = []
