@@ -164,8 +164,13 @@ class CompiledProfile:
             sets = ", ".join(f"{col} = coalesce(requests.{col}, x.{col})" for col in windowed)
             values = ", ".join(f"TRY_CAST(({_LINE_RE.sub('source_line', expr)}) AS {REQUEST_COLUMNS[col]}) AS {col}"
                                for col, expr in windowed.items())
-            statements.append(f"UPDATE requests SET {sets} FROM (SELECT rowid AS _rid, {values} FROM requests "
-                              f"WHERE {where}) AS x WHERE requests.rowid = x._rid")
+            # Computed into a table first: an UPDATE ... FROM (window query) took 0.67 s for 100k LiteLLM rows, the
+            # same window into a table and an UPDATE from it 0.05 s.
+            statements += [
+                f"CREATE OR REPLACE TEMP TABLE _sl_derived AS SELECT rowid AS _rid, {values} FROM requests WHERE {where}",
+                f"UPDATE requests SET {sets} FROM _sl_derived AS x WHERE requests.rowid = x._rid",
+                "DROP TABLE _sl_derived",
+            ]
         return statements
 
     def macro_sql(self) -> list[str]:
