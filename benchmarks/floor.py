@@ -102,6 +102,8 @@ def measure(argv: list[str] | None = None) -> dict[str, tuple[float, int]]:
     from servlens.ingest.sources import compression_of
 
     path = args.file.resolve()
+    if not path.is_file():
+        parser.error(f"{args.file} is not a file: pass a JSON-lines request log, e.g. one benchmarks/run.py generated")
     profile = get_profile({"openai": "openai-client-log", "litellm": "litellm-slp"}[args.format])
     compiled = compile_profile(profile, CompileOptions(path=path, compression=compression_of(path), default_run=path.stem,
                                                        lines_by_insert_order=True))
