@@ -322,10 +322,12 @@ def bench_size(size: int, fmt: str, data_dir: Path, work: Path, repeat: int, pan
             "manifest": json.loads(manifest.read_text()), "measures": m}
 
 
-def ratio(a: Measure, b: Measure) -> float | None:
-    if a.median is None or b.median is None or b.median == 0:
+def ratio(a: Measure, b: Measure, cpu: bool = False) -> float | None:
+    """a / b of the medians: wall time, or CPU time with `cpu`."""
+    x, y = (a.cpu_median, b.cpu_median) if cpu else (a.median, b.median)
+    if x is None or y is None or y == 0:
         return None
-    return a.median / b.median
+    return x / y
 
 
 def paired(a: Measure, b: Measure) -> str:
@@ -378,10 +380,9 @@ def tables(results: list[dict], repeat: int) -> str:
               "| size | ingest / scan | analyze / scan | pandas / analyze | compare / scan both |", "|---|---|---|---|---|"]
     for r in results:
         ms = r["measures"]
-        cpu = lambda a, b: fmt_num(None if not (ms[a].cpu_median and ms[b].cpu_median)  # noqa: E731
-                                   else ms[a].cpu_median / ms[b].cpu_median)
-        lines.append(f"| {label(r['size'])} | {cpu('ingest', 'scan')} | {cpu('analyze', 'scan')} | "
-                     f"{cpu('pandas', 'analyze')} | {cpu('compare', 'scan2')} |")
+        cells = [fmt_num(ratio(ms[a], ms[b], cpu=True))
+                 for a, b in (("ingest", "scan"), ("analyze", "scan"), ("pandas", "analyze"), ("compare", "scan2"))]
+        lines.append(f"| {label(r['size'])} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
