@@ -107,8 +107,7 @@ def measure(argv: list[str] | None = None) -> dict[str, tuple[float, int]]:
     profile = get_profile({"openai": "openai-client-log", "litellm": "litellm-slp"}[args.format])
     compiled = compile_profile(profile, CompileOptions(path=path, compression=compression_of(path), default_run=path.stem,
                                                        lines_by_insert_order=True))
-    paths = [p.replace("''", "'") for p in re.findall(r"'((?:[^']|'')*)'", re.search(
-        r"json_extract_string\(_text, \[(.*?)\]\)", dict(compiled.ctes)["_typed"]).group(1))]
+    paths = compiled.json_paths
 
     con = duckdb.connect()
     con.execute("SET preserve_insertion_order = true")

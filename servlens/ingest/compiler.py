@@ -148,6 +148,7 @@ class CompiledProfile:
     run_expr: str
     macros: dict[str, tuple[list[str], str]] = field(default_factory=dict)
     lines_by_insert_order: bool = False  # compiled with CompileOptions.lines_by_insert_order
+    json_paths: list[str] = field(default_factory=list)  # the paths the one multi-path extraction reads, as text
 
     def _with(self) -> str:
         return "WITH " + ",\n".join(f"{name} AS (\n{body}\n)" for name, body in self.ctes)
@@ -527,7 +528,8 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
     macros["sl_keep_text"] = ([], "true" if opts.keep_text else "false")
     macros.update(profile.macros)
     return CompiledProfile(profile=profile, ctes=ctes, final_columns=final, run_expr=run_expr, macros=macros,
-                           lines_by_insert_order=opts.lines_by_insert_order)
+                           lines_by_insert_order=opts.lines_by_insert_order,
+                           json_paths=list(rw.paths.get(("j", "s"), [])) if is_json else [])
 
 
 _STATUS_SQL = (
