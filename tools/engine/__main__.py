@@ -46,5 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"done in {time.time() - t0:.1f} s -> {args.out}")
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())

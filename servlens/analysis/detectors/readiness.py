@@ -58,7 +58,8 @@ def detect(ctx: DetectorContext) -> dict:
                           date_diff('microsecond', b.t_start, q.t_at) / 1e6 AS since_s
                    FROM b JOIN scope_requests q ON q.t_at >= b.t_start AND (b.t_next IS NULL OR q.t_at < b.t_next)),
              -- Only a request within ready_window_s of its start can end the period early, and it looks at most
-             -- ready_successes - 1 requests ahead: the window needs those rows, not the whole run sorted.
+             -- ready_successes - 1 requests ahead: the window needs those rows, not the whole run sorted (arg_min
+             -- takes at least one; with ready_successes = 1 that one row is a candidate past the cap, so harmless).
              near AS (SELECT i, t_at, source_line, request_id, is_error, since_s FROM r WHERE since_s < {ready_s}
                       UNION ALL
                       SELECT unnest(arg_min(struct_pack(i, t_at, source_line, request_id, is_error, since_s),
