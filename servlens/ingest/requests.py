@@ -112,6 +112,8 @@ def ingest_request_file(
         json_multiline=json_multiline,
         safe=safe,
     )
+    # Lines are numbered by insert order where the profile allows it (one row per line, in line order).
+    opts = replace(opts, lines_by_insert_order=can_number_by_insert_order(profile, opts))
     compiled = compile_profile(profile, opts)
     relative = profile.clock == "relative" and start is None
     result = SourceResult(path=str(path), format=profile.name, relative_clock=relative)
@@ -180,9 +182,10 @@ def ingest_request_file(
                                          fmt=profile.name)
             source_sql, where = str(first_id), "true"
         con.execute("DROP TABLE IF EXISTS _sl_csv_rejects; DROP TABLE IF EXISTS _sl_csv_reject_scans")
-        # Numbering lines by insert order needs every row the query yields to be inserted: no run filtered out.
-        if can_number_by_insert_order(profile, opts) and (runs is None or len(ids) == len(runs)):
-            compiled = compile_profile(profile, replace(opts, lines_by_insert_order=True))
+        # Numbering lines by insert order needs every row the query yields to be inserted: with a run of the file
+        # skipped (same content already stored), row_number() numbers them instead.
+        if opts.lines_by_insert_order and runs is not None and len(ids) != len(runs):
+            compiled = compile_profile(profile, replace(opts, lines_by_insert_order=False))
         sql = compiled.select(source_id_sql=source_sql, where_sql=where)
         try:
             con.execute(f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)})\n{sql}")

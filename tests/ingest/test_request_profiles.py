@@ -456,6 +456,20 @@ def test_a_file_naming_its_runs_is_skipped_or_replaced_per_run(con, tmp_path):
     assert one(con, "SELECT count(*) FROM sources WHERE run LIKE '%pending%'") == (0,)
 
 
+def test_re_ingesting_one_missing_run_of_a_file_keeps_its_line_numbers(con, tmp_path):
+    """Same content again with one of its runs (from the middle of the file) gone from the store: only that run's
+    rows are inserted, so they cannot be numbered by insert order; each must still carry the line it came from."""
+    records = real_lines("llamacpp")
+    path = write_jsonl(tmp_path / "requests.jsonl", records)
+    ingest_inputs(con, [str(path)])
+    (source_id,) = one(con, "SELECT source_id FROM sources WHERE run = 'prefix_cache'")
+    src.delete_source(con, source_id)
+    again = ingest_inputs(con, [str(path)])
+    assert again.runs == ["prefix_cache"] and [s["rows"] for s in again.sources] == [16]
+    stored = con.execute("SELECT source_line FROM requests WHERE run = 'prefix_cache' ORDER BY 1").fetchall()
+    assert [line for (line,) in stored] == [i for i, r in enumerate(records, 1) if r["run"] == "prefix_cache"]
+
+
 def test_a_user_profile_can_read_parquet(con, tmp_path):
     import duckdb
 
