@@ -47,7 +47,7 @@ def test_ingest_a_folder_then_list_runs(tmp_path):
     runs = servlens(tmp_path, "runs")
     assert runs.returncode == 0, runs.stderr
     text = runs.stdout
-    assert ("burst50: 9 metrics sources (prometheus-text); 1 requests source (openai-client-log); 1 engine_info source "
+    assert ("burst50: 1 requests source (openai-client-log); 9 metrics sources (prometheus-text); 1 engine_info source "
             "(llamacpp-props)") in text
     assert "  50 requests, 135 metric samples, 0 bad lines" in text
     assert "  2026-11-29 07:22:59 → 07:23:06 UTC (7.5 s)" in text

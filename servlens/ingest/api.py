@@ -241,7 +241,8 @@ def ingest_inputs(
         con.execute("SET enable_progress_bar_print = false")
     except duckdb.Error:
         pass
-    work = [p for p in plans if p.kind in ("requests", "metrics")]
+    # Request logs first: a scrape that names no run of its own joins the run of the request log it came with.
+    work = [p for p in plans if p.kind == "requests"] + [p for p in plans if p.kind == "metrics"]
     total_bytes = sum(p.path.stat().st_size for p in work)
     bar = _Progress(total_bytes, con) if progress and total_bytes >= PROGRESS_MIN_BYTES else None
     touched: list[str] = []
@@ -259,7 +260,9 @@ def ingest_inputs(
                 report.sources.append(result.to_dict())
                 touched.extend(result.runs)
             else:
-                summary = _ingest_metrics(con, metrics, plan, run=run, at=at, index=index or None,
+                label = run or metrics.metrics_run_for(plan.path, index or None) or _run_of_request_log(
+                    plan, request_results)
+                summary = _ingest_metrics(con, metrics, plan, run=label, at=at, index=index or None,
                                           keep_text=keep_text, strict=strict)
                 report.sources.append(summary)
                 touched.append(summary["run"])
@@ -287,8 +290,23 @@ def ingest_inputs(
     return report
 
 
+def _run_of_request_log(plan: _Plan, request_results: list[tuple[int, SourceResult]]) -> str | None:
+    """The run a scrape belongs to when nothing names one (DESIGN.md, round 2 "Runs"): the one run of the request
+    logs in its folder; else, for scrapes kept apart (--metrics DIR), the one run of every request log of this call.
+    Several runs there (a run field, several logs) leave the scrape to its own label."""
+    results = [r for _, r in request_results]
+    beside = {run for r in results if Path(r.path).parent == plan.path.parent for run in r.runs}
+    if len(beside) == 1:
+        return beside.pop()
+    if not beside:
+        every = {run for r in results for run in r.runs}
+        if len(every) == 1:
+            return every.pop()
+    return None
+
+
 def _ingest_metrics(con, metrics, plan: _Plan, *, run, at, index, keep_text: bool, strict: bool) -> dict:
-    label = run or metrics.metrics_run_for(plan.path, index) or plan.path.name.split(".")[0]
+    label = run or plan.path.name.split(".")[0]
     decide = getattr(metrics, "decide_metrics_source", None)
     decision = (decide(con, label, plan.path, fmt=plan.metrics_format, at=at, index=index) if decide
                 else src.decide_source(con, label, "metrics", plan.path))

@@ -173,18 +173,18 @@ def detect(ctx: DetectorContext) -> dict:
 def _from_counter(ctx: DetectorContext, thresholds: dict, benchmark: bool) -> dict:
     """vLLM's request_success counter by finished_reason, when there is no per-request data."""
     p = ctx.params
+    # Benchmark result files save neither finish reasons nor caps: say why that is no loss for vllm bench.
+    bench_note = (" (benchmark result files save neither finish reasons nor caps; with vllm bench's random dataset "
+                  "every request runs to its drawn output length because ignore_eos is forced, so length finishes "
+                  "there are by design)") if benchmark else ""
     if not ctx.has_metric("vllm:request_success"):
-        reason = "no finish_reason, no max_tokens and no vllm:request_success counter"
-        if benchmark:
-            reason += (" (benchmark result files save neither finish reasons nor caps; with vllm bench's random "
-                       "dataset every request runs to its drawn output length because ignore_eos is forced, so "
-                       "length finishes there are by design)")
-        return not_evaluable(reason, "Cannot tell which requests were cut at the output limit.")
+        return not_evaluable("no finish_reason, no max_tokens and no vllm:request_success counter" + bench_note,
+                             "Cannot tell which requests were cut at the output limit.")
     rows = ctx.rows("""SELECT labels['finished_reason'] AS reason, sum(increase) AS n FROM scope_counter_increases
                        WHERE name = 'vllm:request_success' AND series = 'value' GROUP BY 1""")
     if not rows:
         return not_evaluable("no per-request finish reasons, and vllm:request_success has no increase to measure "
-                             "(a counter needs at least two scrapes of one process)",
+                             "(a counter needs at least two scrapes of one process)" + bench_note,
                              "Cannot tell which requests were cut at the output limit.")
     total = sum(r["n"] or 0 for r in rows)
     length = sum(r["n"] or 0 for r in rows if r["reason"] == "length")
