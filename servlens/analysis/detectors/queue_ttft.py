@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, ratio, rounded, secs, table
 from servlens.analysis.runner import DetectorContext
+from servlens.analysis.vocabulary import WAIT
 from servlens.analysis.windows import iso, merge_runs
 
-# The wait of one request: the engine's queue time, else TTFT minus prefill; kept within [0, TTFT] because the two
-# clocks differ (client TTFT, engine queue) and a wait longer than the TTFT it is part of means clock skew.
-WAIT_EXPR = "least(greatest(coalesce(queue_s, ttft_s - prefill_s), 0), ttft_s)"
+# The wait of one request (NULL when unknown: never read as no wait).
+WAIT_EXPR = WAIT
 # Gauges that count requests waiting for a slot, by engine; and corroborating capacity signals.
 WAITING_GAUGES = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs", "tgi_queue_size")
 RUNNING_GAUGES = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs")

@@ -1,0 +1,36 @@
+"""The words the rules share, as SQL over the canonical `requests` columns: each is defined here once.
+
+Every expression is NULL-honest: a column the source lacks is NULL, and an expression over it is NULL (unknown) or
+false, never a filled-in 0. DuckDB's `greatest()` / `least()` skip NULL arguments, so they are only applied to a
+value already known to be non-NULL.
+"""
+
+from __future__ import annotations
+
+# The wait of one request before the engine worked on it: the engine's queue time, else TTFT minus prefill time;
+# clipped to [0, TTFT] because the two clocks differ (client TTFT, engine queue) and a wait longer than the TTFT it is
+# part of is clock skew. NULL when neither queue_s nor prefill_s (with ttft_s) is known.
+_RAW_WAIT = "coalesce(queue_s, ttft_s - prefill_s)"
+WAIT = (f"(CASE WHEN {_RAW_WAIT} IS NULL THEN NULL "
+        f"WHEN ttft_s IS NULL THEN greatest({_RAW_WAIT}, 0) "
+        f"ELSE least(greatest({_RAW_WAIT}, 0), ttft_s) END)")
+
+# HTTP statuses that mean the request ran out of time somewhere on its path: 408 request timeout (LiteLLM's
+# litellm.Timeout), 504 gateway timeout, 524 (a proxy's origin timeout); 499 is the client closing first.
+TIMEOUT_STATUSES = (408, 504, 524)
+_TIMEOUT_WORDS = ("timeout", "timed out", "deadline exceeded")
+_type_text = "lower(coalesce(error_type, '') || ' ' || coalesce(error_message, ''))"
+
+# A request that failed: the source said error, or its finish says it did not complete, or HTTP said so.
+# False (not NULL) when the source says nothing of failure, so a FILTER or a share counts it as not failed; use
+# STATUS_KNOWN as the denominator of an error share.
+FAILED = ("coalesce(status = 'error' OR finish_reason IN ('error', 'abort', 'timeout') OR http_status >= 400, "
+          "false)")
+STATUS_KNOWN = "(status IS NOT NULL OR http_status IS NOT NULL OR finish_reason IS NOT NULL)"
+
+# A failure whose class, type or status says it ran out of time: LiteLLM `Timeout` / error_class, HTTP 408/504,
+# an engine or client abort on a deadline, finish_reason timeout.
+TIMEOUT = ("coalesce(finish_reason = 'timeout' OR http_status IN ({statuses}) OR "
+           "(({failed}) AND ({words})), false)").format(
+    statuses=", ".join(map(str, TIMEOUT_STATUSES)), failed=FAILED,
+    words=" OR ".join(f"{_type_text} LIKE '%{w}%'" for w in _TIMEOUT_WORDS))
