@@ -16,6 +16,8 @@
     severity = "critical"                         # optional
     metrics = { cold_start = true }               # optional: evidence metrics, numbers compared to 0.1% (or rel_tol)
     summary_contains = ["cold start"]             # optional: substrings of the summary
+    summary_lacks = ["queue-driven"]              # optional: substrings the summary must not have
+    remediation_contains = ["raise -c"]           # optional: substrings of the finding's remediation
     reason_contains = ["queue_s"]                 # optional: substrings of the not-evaluable reason
     examples = 5                                  # optional: how many example requests
     rel_tol = 0.001                               # optional
@@ -47,7 +49,8 @@ from servlens.errors import ConfigError, ServlensError
 from servlens.store.schema import REQUEST_COLUMNS, open_store
 
 _CASE_KEYS = ("name", "description", "params", "logs", "metrics_files", "expect", "requests", "metrics")
-_EXPECT_KEYS = ("scope", "state", "severity", "metrics", "summary_contains", "reason_contains", "examples", "rel_tol")
+_EXPECT_KEYS = ("scope", "state", "severity", "metrics", "summary_contains", "summary_lacks", "remediation_contains",
+                "reason_contains", "examples", "rel_tol")
 _TABLE_KEYS = ("defaults", "columns", "rows", "generate")
 METRIC_COLUMNS = ("run", "source_id", "ts", "name", "name_raw", "type", "series", "le", "labels", "value")
 
@@ -227,6 +230,12 @@ def check(case: Case, findings: list[dict]) -> list[str]:
             for needle in _as_list(exp.get("summary_contains")):
                 if needle not in f["summary"]:
                     problems.append(f"scope {label}: summary lacks {needle!r}: {f['summary']}")
+            for needle in _as_list(exp.get("summary_lacks")):
+                if needle in f["summary"]:
+                    problems.append(f"scope {label}: summary has {needle!r}: {f['summary']}")
+            for needle in _as_list(exp.get("remediation_contains")):
+                if needle not in (f.get("remediation") or ""):
+                    problems.append(f"scope {label}: remediation lacks {needle!r}: {f.get('remediation')}")
             for needle in _as_list(exp.get("reason_contains")):
                 if needle not in (f["reason"] or ""):
                     problems.append(f"scope {label}: reason lacks {needle!r}: {f['reason']}")

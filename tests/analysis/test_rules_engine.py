@@ -109,7 +109,8 @@ def test_set_overrides_are_typed_and_bad_ones_are_one_sentence():
         "XX009.x=1": "--set names an unknown rule 'XX009'. Known rules: " + ", ".join(r.id for r in rules) + ".",
         "SL004.min_queue_shar=0.6": "SL004 has no parameter 'min_queue_shar' (did you mean 'min_queue_share'?). SL004 "
                                     "parameters: min_requests, min_window_requests, spike_ratio, min_excess_s, "
-                                    "min_queue_share, tail_quantile, prompt_growth_limit, critical_ratio.",
+                                    "min_queue_share, tail_quantile, prompt_growth_limit, critical_ratio, critical_share, "
+                                    "warmup_max_requests.",
         "SL004.min_queue_share=1.5": "SL004.min_queue_share must be a number from 0 to 1, not '1.5'.",
         "SL004.min_requests=2.5": "SL004.min_requests must be an integer of at least 1, not '2.5'.",
         "SL004.min_queue_share": "--set 'SL004.min_queue_share' is not RULE.param=value. For example --set SL004.min_queue_share=0.6.",

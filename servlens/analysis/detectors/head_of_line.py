@@ -24,7 +24,8 @@ OK = "prompt_tokens IS NOT NULL AND t_arrival IS NOT NULL AND coalesce(status, '
 # Short requests need their own TTFT; long ones only a prefill interval (a non-streamed long request still fills
 # the batch: its queue_s and prefill_s place its prefill without a TTFT).
 BASE = f"ttft_s IS NOT NULL AND {OK}"
-LONG_INTERVAL = "(ttft_s IS NOT NULL OR prefill_s IS NOT NULL)"
+# Without a TTFT the prefill is placed by queue_s + prefill_s; an unknown queue leaves it unplaced (not "no wait").
+LONG_INTERVAL = "(ttft_s IS NOT NULL OR (prefill_s IS NOT NULL AND queue_s IS NOT NULL))"
 
 
 def _seconds(expr: str) -> str:
@@ -44,7 +45,7 @@ def detect(ctx: DetectorContext) -> dict:
                      _seconds("ttft_s - prefill_s") + " WHEN queue_s IS NOT NULL THEN t_arrival + " + _seconds("queue_s") +
                      " ELSE t_arrival END")
     prefill_end = ("CASE WHEN ttft_s IS NOT NULL THEN t_arrival + " + _seconds("ttft_s") + " ELSE t_arrival + " +
-                   _seconds("coalesce(queue_s, 0) + prefill_s") + " END")
+                   _seconds("queue_s + prefill_s") + " END")
     # Only the columns read from sl008_short (whole rows, attrs JSON included, made the copy slow).
     ctx.con.execute(f"""
         CREATE OR REPLACE TEMP TABLE sl008_short AS

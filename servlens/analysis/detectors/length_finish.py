@@ -101,15 +101,39 @@ def detect(ctx: DetectorContext) -> dict:
     metrics["top_cap"] = top["cap"] if top else None
     metrics["top_cap_length_share"] = rounded(ratio(top["capped"], top["n"])) if top else None
     # A fallback attempt is marked by fallback_from (gateways); a served_model that merely differs from the requested
-    # name is how engines answer ("tiny" served as "models/small.gguf") and says nothing about fallbacks.
+    # name is how engines answer ("tiny" served as "models/small.gguf") and says nothing about fallbacks. Its cap is
+    # compared with the cap of the first attempt of its own trace (clients send different caps: a scope-wide median
+    # would call a 32-token request's fallback "smaller" than the 96 others asked for).
     fallback = ctx.rows(f"""
-        SELECT served_model, max_tokens AS cap, count(*) AS n, count(*) FILTER (WHERE {CAPPED}) AS capped,
-               (SELECT {q('max_tokens', 0.5)} FROM scope_requests WHERE fallback_from IS NULL) AS primary_cap
-        FROM scope_requests
-        WHERE {KNOWN} AND fallback_from IS NOT NULL
-        GROUP BY served_model, max_tokens ORDER BY capped DESC LIMIT 3""") if ctx.has("fallback_from") else []
-    smaller_fallback = [f for f in fallback if f["cap"] is not None and f["primary_cap"] is not None
-                        and f["cap"] < f["primary_cap"] and f["capped"]]
+        WITH first_attempt AS (
+            SELECT trace_id, arg_min(max_tokens, coalesce(attempt, 0)) AS primary_cap FROM requests
+            WHERE run = ? AND trace_id IS NOT NULL AND fallback_from IS NULL GROUP BY trace_id)
+        SELECT f.served_model, f.max_tokens AS cap, p.primary_cap, count(*) AS n,
+               count(*) FILTER (WHERE {CAPPED.replace('completion_tokens', 'f.completion_tokens')
+                                        .replace('max_tokens', 'f.max_tokens').replace('finish_reason', 'f.finish_reason')})
+                 AS capped
+        FROM scope_requests f JOIN first_attempt p USING (trace_id)
+        WHERE {KNOWN.replace('status', 'f.status').replace('finish_reason', 'f.finish_reason')
+                    .replace('completion_tokens', 'f.completion_tokens').replace('max_tokens', 'f.max_tokens')}
+          AND f.fallback_from IS NOT NULL AND f.max_tokens < p.primary_cap
+        GROUP BY 1, 2, 3 ORDER BY capped DESC LIMIT 3""", [ctx.scope.run]) if ctx.has("fallback_from", "trace_id") else []
+    smaller_fallback = [f for f in fallback if f["capped"]]
+    # 'length' below the cap the request asked for has two causes. llama.cpp reports length for any stop that is not
+    # EOS or a stop word, so a filled slot context ends answers where prompt + completion reaches the context: the
+    # sum is constant while prompts vary. A cap applied on the way (a gateway deployment's or fallback's max_tokens,
+    # an engine default) ends them at one completion length whatever the prompt.
+    below = ctx.one(f"""
+        WITH b AS (SELECT completion_tokens AS c, prompt_tokens AS pr, fallback_from FROM scope_requests
+                   WHERE finish_reason = 'length' AND completion_tokens < max_tokens)
+        SELECT count(*) AS n, mode(c) AS tokens, count(*) FILTER (WHERE c = (SELECT mode(c) FROM b)) AS at_tokens,
+               count(pr) AS with_prompt, count(DISTINCT pr) AS prompts,
+               count(*) FILTER (WHERE pr + c = (SELECT mode(pr + c) FROM b)) AS at_context,
+               count(*) FILTER (WHERE fallback_from IS NOT NULL AND c = (SELECT mode(c) FROM b)) AS fallback_at_tokens
+        FROM b""") if s["length_below_cap"] else {}
+    one_length = bool(below.get("n")) and below["n"] >= p["min_length_requests"] and below["at_tokens"] >= 0.8 * below["n"]
+    prompts_vary = bool(below.get("n")) and below["with_prompt"] >= 0.8 * below["n"] and below["prompts"] >= 2
+    context_filled = prompts_vary and below["at_context"] >= 0.8 * below["n"]
+    enforced_cap = below["tokens"] if one_length and prompts_vary and not context_filled else None
 
     # Bars in cap order (8, 16, 32, …, then requests without a cap), so the eye reads along the limit; the caps with
     # the most length finishes are the ones kept when there are more than a chart can show.
@@ -152,11 +176,33 @@ def detect(ctx: DetectorContext) -> dict:
     if smaller_fallback:
         f = smaller_fallback[0]
         metrics |= {"fallback_model": f["served_model"], "fallback_cap": f["cap"], "primary_cap": f["primary_cap"]}
-        parts.append(f"fallback model {f['served_model']} has a smaller cap ({f['cap']} vs {f['primary_cap']:g}) "
-                     f"and {pct(ratio(f['capped'], f['n']))} of its answers hit it, so the retry fails too")
-    if s["length_below_cap"]:
+        parts.append(f"fallback model {f['served_model']} has a smaller cap ({f['cap']} vs {f['primary_cap']:g} on "
+                     f"the first attempt of the same requests) and {pct(ratio(f['capped'], f['n']))} of its answers "
+                     "hit it, so the retry fails too")
+    remediation = None
+    cut_on_the_way = 0
+    if enforced_cap is not None:
+        cut_on_the_way = below["at_tokens"]
+        metrics["enforced_cap"] = enforced_cap
+        parts.append(f"{below['at_tokens']} answers stopped at exactly {enforced_cap} tokens, below the max_tokens "
+                     "they asked for, whatever their prompt length: a smaller cap was applied on the way (a gateway "
+                     "deployment's or fallback's max_tokens, an engine default)")
+        remediation = (f"Find where the {enforced_cap}-token cap is set: a gateway deployment's litellm_params "
+                       "max_tokens (often a fallback's), or the engine's default output limit, and raise it to at "
+                       "least the requests' own max_tokens; give any fallback model at least the primary's cap.")
+    elif s["length_below_cap"]:
+        cause = ("prompt + completion reached the same total, so the sequence's context filled" if context_filled
+                 else f"{below['at_tokens']} of them at exactly {below['tokens']} tokens: a cap applied on the way "
+                      "(gateway deployment, fallback) or a filled slot context" if one_length
+                 else "e.g. the slot's context filled")
         parts.append(f"{s['length_below_cap']} 'length' finishes came below the cap (llama.cpp reports length for any "
-                     "stop that is not EOS or a stop word, e.g. the slot's context filled)")
+                     f"stop that is not EOS or a stop word; {cause})")
+        # A fallback attempt cut at one length below its request's cap is a retry that could not fit.
+        cut_on_the_way = below["fallback_at_tokens"] if one_length else 0
+        if context_filled or (not one_length and s["length_below_cap"] >= capped / 2):
+            remediation = ("Most of these answers stopped below their max_tokens where the sequence's context "
+                           "filled. On llama.cpp give each slot more context (raise -c, or lower -np: -c is split "
+                           "between the slots); elsewhere raise the model's context or shorten prompts.")
     if s["reached_cap_reported_otherwise"]:
         parts.append(f"{s['reached_cap_reported_otherwise']} requests reached max_tokens though the source did not say length")
     if fixed:
@@ -165,7 +211,14 @@ def detect(ctx: DetectorContext) -> dict:
                      "benchmark (ignore_eos), length finishes are by design")
     result = {"state": "fired", "summary": "; ".join(parts) + ".", "evidence": evidence,
               "examples": ctx.examples(CAPPED, "completion_tokens DESC NULLS LAST")}
-    if share >= p["critical_share"]:
+    if remediation:
+        result["remediation"] = remediation
+    # Severity follows user impact: an answer cut at a cap the client chose is still an answer (a warning with the
+    # share); empty content, a budget the reasoning used up, or a fallback cap the retry cannot fit is a broken one.
+    broken = s["capped_empty_content"] + sum(f["capped"] for f in smaller_fallback) + cut_on_the_way
+    metrics["broken_answers"] = broken
+    metrics["broken_share"] = rounded(broken / known)
+    if broken >= p["min_length_requests"] and broken / known >= p["critical_share"]:
         result["severity"] = "critical"
     return result
 

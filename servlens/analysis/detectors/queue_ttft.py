@@ -217,6 +217,23 @@ def detect(ctx: DetectorContext) -> dict:
     if preemptions:
         corroboration.append(f"{preemptions:g} preemptions")
 
+    # Warm-up, not capacity: the queue sits in the first windows of the data, only a handful of requests waited, and
+    # they arrived no faster than the run's usual rate, so what they waited behind was the first, cold prefills.
+    span_windows = max(w["w"] for w in windows) + 1
+    spike_rate = n_spike / (len(queue_windows) * spec.width_s)
+    run_rate = n / (span_windows * spec.width_s)
+    warmup = (cold_start and last < max(2, 0.1 * span_windows) and n_spike <= p["warmup_max_requests"]
+              and spike_rate <= 2 * run_rate)
+    if warmup:
+        metrics |= {"spike_kind": "warm-up", "spike_requests": n_spike, "worst_ttft_p99_s": rounded(worst["ttft_p99"]),
+                    "cold_start": True, "queue_share": rounded(worst["queue_share"])}
+        return {"state": "clear",
+                "summary": f"TTFT p99 reached {secs(worst['ttft_p99'])} in the first window(s) of the data, but only "
+                           f"{n_spike} requests waited, arriving at the usual rate: they queued behind the first, cold "
+                           "prefills. That is warm-up (see SL007 cold-start), not a queue caused by load.",
+                "evidence": {"metrics": metrics, "thresholds": thresholds, "chart": the_chart,
+                             "windows": [spec.bounds(a, b) for a, b in runs]}}
+
     target = worst["nowait_p99"] + (worst["ttft_p99"] - worst["nowait_p99"]) / 2 if per_request_wait else baseline * p["spike_ratio"]
     metrics |= {
         "spike_kind": "queue-driven", "spike_windows": len(queue_windows), "spike_requests": n_spike,
@@ -242,7 +259,11 @@ def detect(ctx: DetectorContext) -> dict:
     index = spec.index_sql()
     listed = ", ".join(str(w["w"]) for w in queue_windows)
     order = f"{WAIT_EXPR} DESC" if per_request_wait else "ttft_s DESC"
-    severity = "critical" if spike_ratio and spike_ratio >= p["critical_ratio"] else None
+    # Severity follows user impact: a few slow windows are a tail (warning); a queue that held back most of the
+    # scope's requests at many times their no-wait TTFT is an outage of capacity.
+    metrics["spike_request_share"] = rounded(n_spike / n)
+    severity = ("critical" if spike_ratio and spike_ratio >= p["critical_ratio"] and n_spike >= p["critical_share"] * n
+                else None)
     result = {
         "state": "fired",
         "summary": summary,
@@ -378,6 +399,8 @@ def _from_histograms(ctx: DetectorContext) -> dict:
     result["rollback"] = (f"After the change, watch the mean TTFT per scrape interval (vllm:time_to_first_token_seconds "
                           f"sum/count): roll back if it does not stay below {secs(threshold)} through the next peak "
                           "within 30 minutes, or if the error rate, timeouts or preemptions rise above what they were before.")
-    if metrics["observed_spike_ratio"] and metrics["observed_spike_ratio"] >= p["critical_ratio"]:
+    spiked = sum(found[i]["ttft_n"] or 0 for i in spikes)
+    if (metrics["observed_spike_ratio"] and metrics["observed_spike_ratio"] >= p["critical_ratio"]
+            and spiked >= p["critical_share"] * total_n):
         result["severity"] = "critical"
     return result

@@ -32,8 +32,9 @@ def _concurrency_table(ctx: DetectorContext) -> str:
     """Create sl010_requests (request_id, source_line, tpot_s, conc) and return how concurrency was measured."""
     spec = ctx.window
     end = spec.offset_sql("t_end")
-    engine_time = "coalesce(prefill_s, 0) + decode_s"
-    start = (f"coalesce({end} - ({engine_time}), {spec.offset_sql('t_arrival')} + coalesce(queue_s, 0), "
+    # Busy from the start of prefill; with prefill unknown, from the start of decode (the part known to be busy);
+    # else from arrival after the known queue, else from arrival.
+    start = (f"coalesce({end} - (prefill_s + decode_s), {end} - decode_s, {spec.offset_sql('t_arrival')} + queue_s, "
              f"{spec.offset_sql('t_arrival')})")
     decode_start = f"coalesce({spec.offset_sql('t_first_token')}, {end} - decode_s, {start})"
     # Every request with an end occupies the engine (streamed or not, with a TPOT or not); the ones with a TPOT are judged.
