@@ -20,3 +20,29 @@ def servlens(*args: str, timeout: float = 300):
 
     return subprocess.run([sys.executable, "-m", "servlens", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout)
+
+
+def engine_queueing(out: Path, run: str) -> str:
+    """What the run's own engine and timings say about queueing: 'queued', 'none' or 'unclear'.
+
+    A busy machine can make a steady run queue for real, so the e2e expectation for SL004 is read from the run
+    itself, never from the scenario's intent: 'queued' when llama.cpp deferred requests (requests_deferred >= 2 in a
+    scrape) and at least 3 requests waited over a second for a slot (client TTFT minus the engine's prompt time);
+    'none' when no scrape saw a deferred request and no request waited half a second; else 'unclear'.
+    """
+    import re
+
+    deferred = 0.0
+    for path in (out / run).glob("metrics_*.prom"):
+        for m in re.finditer(r"^llamacpp:requests_deferred(?:\{[^}]*\})?\s+([0-9.eE+-]+)", path.read_text(), re.M):
+            deferred = max(deferred, float(m.group(1)))
+    waits = []
+    for rec in load_records(out, run):
+        timings = (rec.get("stream_final_chunk") or rec.get("response") or {}).get("timings") or {}
+        if rec.get("ttft_client_s") is not None and timings.get("prompt_ms") is not None:
+            waits.append(rec["ttft_client_s"] - timings["prompt_ms"] / 1000)
+    if deferred >= 2 and sum(w > 1.0 for w in waits) >= 3:
+        return "queued"
+    if deferred == 0 and not any(w > 0.5 for w in waits):
+        return "none"
+    return "unclear"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from .records import load_records, servlens
+from .records import engine_queueing, load_records, servlens
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +36,17 @@ def test_sl001_fires_without_cache_prompt_and_is_clear_with_it(findings):
     assert state(findings, "SL001", "steady_a") == "clear"  # no shared prefix: nothing to cache
 
 
-def test_sl004_fires_on_the_burst_and_is_clear_on_steady_load(findings):
-    assert state(findings, "SL004", "burst") == "fired"
-    assert state(findings, "SL004", "steady_a") == "clear"
-    assert state(findings, "SL004", "steady_b") == "clear"
+@pytest.mark.parametrize("run", ["burst", "steady_a", "steady_b"])
+def test_sl004_follows_what_the_engine_saw(findings, engine_out, run):
+    """The burst is meant to queue and the steady runs not to, but a loaded machine can make a steady run queue
+    for real: the expectation comes from each run's own scrapes and timings (tests/e2e/records.py)."""
+    seen = engine_queueing(engine_out, run)
+    if run == "burst":
+        assert seen == "queued", "the burst scenario did not make the engine queue: the scenario is broken"
+    expected = {"queued": "fired", "none": "clear"}.get(seen)
+    if expected is None:
+        pytest.skip(f"{run}: the engine deferred requests only briefly on this (busy) machine; either state is right")
+    assert state(findings, "SL004", run) == expected
 
 
 def _completion_tokens(rec: dict) -> int:
