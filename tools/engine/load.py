@@ -55,7 +55,7 @@ class RequestLog:
 
 
 def _send(session: requests.Session, base_url: str, run: str, planned: PlannedRequest, run_start: float,
-          timeout: float) -> dict:
+          timeout: float, record_headers: tuple[str, ...] = ()) -> dict:
     body = planned.body
     stream = bool(body.get("stream"))
     rec: dict = {"run": run, "req_idx": planned.req_idx, "path": planned.path, "body": body,
@@ -71,6 +71,9 @@ def _send(session: requests.Session, base_url: str, run: str, planned: PlannedRe
         resp = session.post(base_url + planned.path, json=body, stream=True, timeout=timeout)
         rec["http_status"] = resp.status_code
         rec["headers_ts"] = time.time()
+        if record_headers:  # response headers whose lower-cased name starts with one of these (a gateway's own)
+            rec["response_headers"] = {k.lower(): v for k, v in resp.headers.items()
+                                       if k.lower().startswith(record_headers)}
         if stream and resp.status_code == 200:
             _read_stream(resp, rec, send_ts)
         else:
@@ -152,11 +155,13 @@ def _read_stream(resp: requests.Response, rec: dict, send_ts: float) -> None:
 
 
 def drive(base_url: str, run: str, plan: list[PlannedRequest], log: RequestLog, max_in_flight: int = 64,
-          timeout: float = 120.0) -> dict:
+          timeout: float = 120.0, headers: dict | None = None, record_headers: tuple[str, ...] = ()) -> dict:
     """Send ``plan`` on its schedule (each request at its offset, bursts all at once), at most ``max_in_flight``
-    open at a time, logging each as it finishes. Returns a small summary."""
+    open at a time, logging each as it finishes. ``headers`` go with every request (a gateway's key);
+    ``record_headers`` are the prefixes of response headers to log. Returns a small summary."""
     plan = sorted(plan, key=lambda p: (p.offset_s, p.req_idx))
     session = requests.Session()
+    session.headers.update(headers or {})
     adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=max_in_flight)
     session.mount("http://", adapter)
     t0_wall, t0 = time.time(), time.monotonic()
@@ -164,7 +169,7 @@ def drive(base_url: str, run: str, plan: list[PlannedRequest], log: RequestLog, 
     lock = threading.Lock()
 
     def task(p: PlannedRequest) -> None:
-        rec = _send(session, base_url, run, p, t0_wall, timeout)
+        rec = _send(session, base_url, run, p, t0_wall, timeout, record_headers)
         log.write(rec)
         with lock:
             statuses[rec["http_status"]] = statuses.get(rec["http_status"], 0) + 1
