@@ -104,7 +104,7 @@ def _read_stream(resp: requests.Response, rec: dict, send_ts: float) -> None:
     rec.update(first_byte_ts=None, first_data_chunk_ts=None, first_token_ts=None, finish_reason=None)
     offsets: list[float] = []
     content: list[str] = []
-    reasoning: list[str] = []
+    reasoning: dict[str, list[str]] = {}  # by the delta's own field name (reasoning_content, reasoning)
     n_chunks = 0
     last = None
     buf = b""
@@ -132,14 +132,14 @@ def _read_stream(resp: requests.Response, rec: dict, send_ts: float) -> None:
             for choice in obj.get("choices") or []:
                 delta = choice.get("delta") or {}
                 text = delta.get("content") or ""
-                thought = delta.get("reasoning_content") or delta.get("reasoning") or ""
-                if (text or thought) and rec["first_token_ts"] is None:
+                thoughts = {k: delta[k] for k in ("reasoning_content", "reasoning") if delta.get(k)}
+                if (text or thoughts) and rec["first_token_ts"] is None:
                     rec["first_token_ts"] = now
                 if text:
                     offsets.append(round(now - send_ts, 6))
                     content.append(text)
-                if thought:
-                    reasoning.append(thought)
+                for key, thought in thoughts.items():
+                    reasoning.setdefault(key, []).append(thought)
                 if choice.get("finish_reason"):
                     rec["finish_reason"] = choice["finish_reason"]
             if "error" in obj and rec["finish_reason"] is None:
@@ -149,7 +149,10 @@ def _read_stream(resp: requests.Response, rec: dict, send_ts: float) -> None:
     rec["stream_final_chunk"] = last
     rec["output_chars"] = sum(len(t) for t in content)
     rec["stream_content"] = "".join(content)
-    rec["stream_reasoning_content"] = "".join(reasoning)
+    # The reassembled reasoning keeps the engine's name: stream_reasoning_content (llama.cpp, older vLLM) or
+    # stream_reasoning (newer vLLM); an empty stream_reasoning_content when the stream had none, as before.
+    for key, parts in (reasoning or {"reasoning_content": []}).items():
+        rec[f"stream_{key}"] = "".join(parts)
     if rec["first_token_ts"] is not None:
         rec["ttft_client_s"] = round(rec["first_token_ts"] - send_ts, 6)
 

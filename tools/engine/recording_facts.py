@@ -77,8 +77,8 @@ def _counts(values) -> dict:
 def _answer(rec: dict) -> tuple[str | None, str | None, list[str]]:
     """(content, reasoning, names of the reasoning fields present) of a 200 answer, streamed or not."""
     if rec.get("body", {}).get("stream"):
-        names = ["stream_reasoning_content"] if rec.get("stream_reasoning_content") else []
-        return rec.get("stream_content"), rec.get("stream_reasoning_content") or None, names
+        names = [k for k in ("stream_reasoning_content", "stream_reasoning") if rec.get(k)]
+        return rec.get("stream_content"), next((rec[k] for k in names), None), names
     resp = rec.get("response") or {}
     choices = resp.get("choices") or [{}]
     msg = choices[0].get("message") or {}
@@ -136,6 +136,12 @@ def client_facts(path: Path, t0: float | None, events: list[dict]) -> dict:
         "e2e_s_200": _dist([r.get("e2e_s") for r in ok]),
         "e2e_s_failed": _dist([r.get("e2e_s") for r in rows if r not in ok]),
     }
+    timings = [((r.get("stream_final_chunk") or r.get("response") or {}).get("timings"), r) for r in ok]
+    out["llamacpp_timings_present"] = sum(1 for t, _ in timings if t)
+    if t0 is not None and out["llamacpp_timings_present"]:
+        # cache_n 0: the whole prompt was prefilled (a cold prefix cache, or a slot's first request)
+        out["cache_n_zero_sent_at_s"] = sorted(round(r["send_ts"] - t0, 3) for t, r in timings
+                                               if t and t.get("cache_n") == 0)
     if t0 is not None:
         failed = sorted(r["send_ts"] - t0 for r in rows if r not in ok)
         out["failed_sent_at_s"] = {"first": round(failed[0], 3), "last": round(failed[-1], 3)} if failed else None
@@ -156,7 +162,23 @@ def client_facts(path: Path, t0: float | None, events: list[dict]) -> dict:
             "x-litellm-attempted-retries": _counts(h.get("x-litellm-attempted-retries") for h in headers),
             "status_by_model_group": _counts(f"{r.get('http_status')} {r['response_headers'].get('x-litellm-model-group')}"
                                              for r in rows if r.get("response_headers") is not None),
+            "attempted_retries_sum": sum(int(h["x-litellm-attempted-retries"]) for h in headers
+                                         if h.get("x-litellm-attempted-retries") is not None),
+            "attempted_fallbacks_sum": sum(int(h["x-litellm-attempted-fallbacks"]) for h in headers
+                                           if h.get("x-litellm-attempted-fallbacks") is not None),
+            "error_responses_with_attempted_headers": sum(
+                1 for r in rows if r.get("http_status") not in (None, 200)
+                and "x-litellm-attempted-retries" in (r.get("response_headers") or {})),
         }
+        # The proxy's error text says how often it retried ("LiteLLM Retried: 3 times") ...
+        out["errors_saying_retried_times"] = _counts(
+            m.group(1) for r in rows if r.get("http_status") not in (None, 200)
+            for m in [re.search(r"LiteLLM Retried: (\d+) times",
+                                str(((r.get("response") or {}).get("error") or {}).get("message", "")))] if m)
+        # ... and names a fallback that failed too ("Fallback to chat-backup also failed: ...").
+        out["errors_saying_fallback_also_failed"] = sum(
+            "also failed" in str(((r.get("response") or {}).get("error") or {}).get("message", ""))
+            for r in rows if r.get("http_status") not in (None, 200))
     return out
 
 
@@ -293,6 +315,16 @@ def run_facts(run_dir: Path) -> dict:
     for name in ("litellm_slp.jsonl", "litellm_slp.jsonl.zst"):
         if (run_dir / name).exists():
             facts["gateway"] = gateway_facts(run_dir / name)
+            # Client requests whose x-litellm-call-id is the litellm_call_id of some payload (the join key).
+            slp_ids = {p.get("litellm_call_id") for p in _lines(run_dir / name)[0]}
+            client_ids = [r.get("response_headers", {}).get("x-litellm-call-id") for r in _lines(client)[0]]
+            facts["gateway"]["client_call_ids_found_in_payloads"] = sum(1 for c in client_ids if c in slp_ids)
+    if (run_dir / "proxy.log").exists():
+        # The router's INFO line per failed LLM call ("litellm.acompletion(model=…) Exception <class>…"): warm-up
+        # calls all succeeded, so every such line is a recorded attempt. Timeouts print no such line.
+        text = re.sub(r"\x1b\[[0-9;]*m", "", (run_dir / "proxy.log").read_text(encoding="utf-8", errors="replace"))
+        facts["proxy_log"] = {"call_exception_lines": _counts(
+            re.findall(r"litellm\.acompletion\(model=[^)]*\) Exception (litellm\.\w+)", text))}
     facts["engine_metrics"] = {}
     for index in sorted(run_dir.rglob("metrics_index.jsonl")):
         label = str(index.parent.relative_to(run_dir)) or "."
@@ -383,6 +415,9 @@ def render_readme(run_dir: Path, meta: dict, facts: dict) -> str:
         lines.append(f"- failed requests were sent between t={c['failed_sent_at_s']['first']} s and "
                      f"t={c['failed_sent_at_s']['last']} s; per 5 s window of send time: "
                      f"{_fmt(c['failed_per_5s_window_of_send'])}")
+    if c.get("cache_n_zero_sent_at_s") is not None:
+        lines.append(f"- 200s with llama.cpp timings: {c['llamacpp_timings_present']}; with `timings.cache_n` 0 "
+                     f"(whole prompt prefilled), sent at t= {_fmt(c['cache_n_zero_sent_at_s'])} s")
     if c.get("after_restart_ready"):
         a = c["after_restart_ready"]
         lines.append(f"- after the restarted server was ready (t={a['ready_at_s']} s): {a['sent_after']} sent, "
@@ -390,8 +425,12 @@ def render_readme(run_dir: Path, meta: dict, facts: dict) -> str:
     if c.get("gateway_headers"):
         h = c["gateway_headers"]
         lines += [f"- proxy headers: model group {_fmt(h['x-litellm-model-group'])}; deployment "
-                  f"{_fmt(h['x-litellm-model-id'])}; attempted fallbacks {_fmt(h['x-litellm-attempted-fallbacks'])}; "
-                  f"attempted retries {_fmt(h['x-litellm-attempted-retries'])}",
+                  f"{_fmt(h['x-litellm-model-id'])}; attempted fallbacks {_fmt(h['x-litellm-attempted-fallbacks'])} "
+                  f"(sum {h['attempted_fallbacks_sum']}); attempted retries "
+                  f"{_fmt(h['x-litellm-attempted-retries'])} (sum {h['attempted_retries_sum']}); error responses "
+                  f"with x-litellm-attempted-retries: {h['error_responses_with_attempted_headers']}",
+                  f"- error responses saying a fallback also failed: {c['errors_saying_fallback_also_failed']}; "
+                  f"saying 'LiteLLM Retried: N times' (N: count): {_fmt(c['errors_saying_retried_times'])}",
                   f"- status by final model group: {_fmt(h['status_by_model_group'])}"]
     g = facts.get("gateway")
     if g:
@@ -417,7 +456,12 @@ def render_readme(run_dir: Path, meta: dict, facts: dict) -> str:
                   f"- repeated attempts in the same group per trace (retries): "
                   f"{_fmt(t['repeated_attempts_in_same_group_per_trace'])}",
                   f"- traces whose startTime order differs from endTime order: "
-                  f"{t['traces_where_start_time_order_differs_from_end_time_order']}"]
+                  f"{t['traces_where_start_time_order_differs_from_end_time_order']}",
+                  f"- client requests whose `x-litellm-call-id` is a payload's `litellm_call_id`: "
+                  f"{g['client_call_ids_found_in_payloads']} of {c['requests']}"]
+    if facts.get("proxy_log"):
+        lines += ["", f"Proxy log (`proxy.log`): router lines 'litellm.acompletion(model=…) Exception <class>', one "
+                      f"per failed call (timeouts print none): {_fmt(facts['proxy_log']['call_exception_lines'])}"]
     lines += ["", "Engine /metrics scrapes:", ""]
     for folder, m in facts["engine_metrics"].items():
         gauges = "; ".join(f"{k} max {g['max']} at t={g['at_s']} s" for k, g in m["gauge_max"].items())
@@ -463,3 +507,72 @@ def write_facts_and_readme(run_dir: Path) -> dict:
     (run_dir / "facts.json").write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
     (run_dir / "README.md").write_text(render_readme(run_dir, meta, facts), encoding="utf-8")
     return facts
+
+
+def _headline(f: dict) -> str:
+    """One line of the facts that tell what happened in a run."""
+    c, parts = f["client"], []
+    parts.append("client " + ", ".join(f"{k}: {v}" for k, v in c["http_status"].items()))
+    if c["errors"]:
+        parts.append("errors " + "; ".join(f"{k} ×{v}" for k, v in c["errors"].items()))
+    g = f.get("gateway")
+    if g:
+        parts.append(f"{g['attempts']} attempts (" + ", ".join(f"{k} {v}" for k, v in g["status"].items()) + ")")
+        if g["timeouts"]["count"]:
+            d = g["timeouts"]["duration_s"]
+            parts.append(f"{g['timeouts']['count']} Timeout at {d['min']}–{d['max']} s")
+        if g["traces"]["fallbacks_by_end_time"]:
+            parts.append("fallbacks " + ", ".join(f"{k} ×{v}" for k, v in g["traces"]["fallbacks_by_end_time"].items()))
+        h = c.get("gateway_headers", {})
+        if h.get("attempted_retries_sum"):
+            parts.append(f"{h['attempted_retries_sum']} retries (x-litellm-attempted-retries)")
+        if c.get("errors_saying_fallback_also_failed"):
+            parts.append(f"{c['errors_saying_fallback_also_failed']} 'fallback also failed'")
+    parts.append("finish " + ", ".join(f"{k} {v}" for k, v in c["finish_reason_of_200"].items()))
+    if c["reasoning_present"] or c["think_markers_in_content"] > 3:
+        parts.append(f"content empty {c['content_empty']} / reasoning {c['reasoning_present']} / both "
+                     f"{c['content_empty_and_reasoning_present']} / <think> in content {c['think_markers_in_content']}")
+    for folder, m in f["engine_metrics"].items():
+        deferred = m["gauge_max"].get("llamacpp:requests_deferred", {}).get("max")
+        drops = max((x["drops"] for x in m["counters"].values()), default=0)
+        extra = [f"deferred max {deferred:g}" if deferred else "", f"{m['scrapes_failed']} failed scrapes"
+                 if m["scrapes_failed"] else "", "counter reset" if drops else ""]
+        if any(extra):
+            parts.append(f"`{folder}`: " + ", ".join(x for x in extra if x))
+    return "; ".join(parts)
+
+
+def write_index(folder: Path) -> Path:
+    """tests/data/recorded/README.md: one row per run folder, from each folder's facts.json."""
+    folder = Path(folder)
+    rows = []
+    for run_dir in sorted(p.parent for p in folder.glob("*/facts.json")):
+        meta = json.loads((run_dir / "recording.json").read_text(encoding="utf-8"))
+        facts = json.loads((run_dir / "facts.json").read_text(encoding="utf-8"))
+        size = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
+        rows.append((run_dir.name, meta, facts, size))
+    lines = ["# Recorded real runs", "",
+             "Small runs recorded on this project's shared 2-core machine from real servers: llama.cpp (the "
+             "`xllamacpp` wheel, tools/engine/server.py, the tiny random-weight model, --threads 1) alone or behind a "
+             "real LiteLLM proxy (`litellm[proxy]` from PyPI in its own venv). Each folder has a README saying how it "
+             "was made and what is in it, `recording.json` (versions, flags, proxy config, injected events with their "
+             "times) and `facts.json`, computed from the raw files by tools/engine/recording_facts.py without "
+             "servlens. Re-record with tools/engine/recordings.py (see tools/engine/README.md).", "",
+             "Layout: gateway runs (`gw-*`) have `litellm_slp.jsonl[.zst]` (one StandardLoggingPayload per attempt, "
+             "unedited), `client/requests.jsonl` (the client's log, with the proxy's `x-litellm-*` response "
+             "headers), the first backend's `/metrics` scrapes with `metrics_index.jsonl`, `props.json` and "
+             "`engine.log` at the top, other backends in `backend-<name>/`, and `proxy.log`. Engine runs "
+             "(`llamacpp-*`) have `requests.jsonl` at the top.", "",
+             "| run | requests | made by | headline facts (from facts.json) | size |", "|---|---|---|---|---|"]
+    for name, meta, facts, size in rows:
+        v = meta["versions"]
+        made = f"xllamacpp {v['xllamacpp']}" + (f", litellm {v['litellm']}" if "litellm" in v else "")
+        lines.append(f"| [{name}]({name}/README.md) | {facts['client']['requests']} | {made} | {_headline(facts)} | "
+                     f"{size / 1e6:.2f} MB |")
+    lines += ["", "## What each run is", ""]
+    for name, meta, _, _ in rows:
+        lines.append(f"- **{name}**: {meta['description']}")
+    lines.append("")
+    out = folder / "README.md"
+    out.write_text("\n".join(lines), encoding="utf-8")
+    return out

@@ -372,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
                                                            "(default: $SERVLENS_LITELLM, then PATH)")
     facts = sub.add_parser("facts", help="recompute facts.json and README.md of recorded run folders")
     facts.add_argument("folders", nargs="+", type=Path)
+    index = sub.add_parser("index", help="write FOLDER/README.md, one row per recorded run in it")
+    index.add_argument("folder", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "list":
         for r in RUNS.values():
@@ -382,6 +384,11 @@ def main(argv: list[str] | None = None) -> int:
 
         for folder in args.folders:
             write_facts_and_readme(folder)
+        return 0
+    if args.cmd == "index":
+        from .recording_facts import write_index
+
+        print(write_index(args.folder))
         return 0
     names = chosen(args.names, list(RUNS), "run")
     if names is None:
