@@ -70,11 +70,11 @@ def find_litellm(explicit: str | None = None) -> Path:
 def litellm_version(litellm_bin: Path) -> str:
     python = litellm_bin.parent / "python"
     out = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, check=False)
     return out.stdout.strip() or "unknown"
 
 
-_RUNNING: dict[int, "Proxy"] = {}
+_RUNNING: dict[int, Proxy] = {}
 
 
 @atexit.register
@@ -96,7 +96,7 @@ class Proxy:
     def auth_headers(self) -> dict:
         return {"Authorization": f"Bearer {self._key}"}
 
-    def start(self, ready_timeout: float = 180.0) -> "Proxy":
+    def start(self, ready_timeout: float = 180.0) -> Proxy:
         config_path = self._work / "litellm_config.yaml"
         config_path.write_text(json.dumps(self.config, indent=2), encoding="utf-8")
         shutil.copy(HERE / "litellm_slp_logger.py", self._work / "slp_logger.py")
@@ -139,7 +139,7 @@ class Proxy:
             for extra in ({}, {"stream": True}, {"stream": True, "stream_options": {"include_usage": True}}):
                 r = requests.post(self.base_url + "/v1/chat/completions", json={**body, **extra},
                                   headers=self.auth_headers, timeout=120)
-                r.content  # read the whole stream
+                _ = r.content  # read the whole stream
         time.sleep(1.0)  # let the success callbacks of the warm-up run while still paused
 
     def stop(self, timeout: float = 15.0) -> None:

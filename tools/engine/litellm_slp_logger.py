@@ -36,7 +36,7 @@ class StandardLoggingPayloadWriter(CustomLogger):
         super().__init__()
         self.path = path or os.environ.get("SERVLENS_SLP_OUT", "litellm_slp.jsonl")
         self._lock = threading.Lock()
-        self._fh = open(self.path, "a", encoding="utf-8")
+        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - open for the proxy's lifetime
         self.missing = 0
 
     def _write(self, kwargs: dict, event: str) -> None:

@@ -15,6 +15,7 @@ original request's ``startTime``; how often start-time order differs is itself a
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -237,7 +238,7 @@ def gateway_facts(path: Path) -> dict:
             start_order_differs += 1
         groups = [p.get("model_group") for p in by_end]
         final_status[by_end[-1].get("status")] += 1
-        for a, b in zip(groups, groups[1:]):
+        for a, b in itertools.pairwise(groups):
             if a != b:
                 fallbacks[f"{a} -> {b} ({by_end[groups.index(b)].get('status')})"] += 1
         same_group_repeats = len(groups) - len(set(groups))
@@ -294,7 +295,7 @@ def metrics_facts(folder: Path, t0: float | None) -> dict:
         vals = [s[name] for _, s in scrapes if name in s]
         if vals:
             counters[name] = {"last": vals[-1], "max": max(vals),
-                              "drops": sum(1 for a, b in zip(vals, vals[1:]) if b < a)}
+                              "drops": sum(1 for a, b in itertools.pairwise(vals) if b < a)}
     out["counters"] = counters
     return out
 
@@ -349,17 +350,17 @@ def _dist_text(d: dict) -> str:
 def render_readme(run_dir: Path, meta: dict, facts: dict) -> str:
     v = meta["versions"]
     lines = [f"# {meta['run']}", "", meta["description"], "",
-             "Recorded on this project's shared 2-core machine with tools/engine/recordings.py; the facts below are "
+             ("Recorded on this project's shared 2-core machine with tools/engine/recordings.py; the facts below are "
              "computed from the raw files by tools/engine/recording_facts.py (not servlens) and are also in "
-             "`facts.json`.", "",
+             "`facts.json`."), "",
              "## How it was made", "",
-             f"- Recorded {_iso(meta['recorded_at'])}; load average at start {meta['load_average_at_start']}; "
-             f"{meta['machine']}.",
+             (f"- Recorded {_iso(meta['recorded_at'])}; load average at start {meta['load_average_at_start']}; "
+             f"{meta['machine']}."),
              f"- Versions: xllamacpp {v['xllamacpp']} (llama.cpp's server in-process), "
              + (f"litellm {v['litellm']} (`litellm[proxy]` from PyPI, its own venv), " if "litellm" in v else "")
              + f"Python {v['python']}, requests {v['requests']}.",
-             "- Model: the random-weight tiny llama GGUF of tools/engine/model.py (text is gibberish; timings, "
-             "usage, queueing, finish reasons and metrics are the engine's)."]
+             ("- Model: the random-weight tiny llama GGUF of tools/engine/model.py (text is gibberish; timings, "
+             "usage, queueing, finish reasons and metrics are the engine's).")]
     for b in meta["backends"]:
         f = b["flags"]
         lines.append(f"- Backend `{b['name']}` (files in `{b['folder']}`): template `{b['template']}`, "
@@ -367,11 +368,11 @@ def render_readme(run_dir: Path, meta: dict, facts: dict) -> str:
                      f"--reasoning-format {f['reasoning_format']}"
                      + f", port {f['port']}.")
     if meta.get("litellm_config"):
-        lines += ["- LiteLLM proxy on 127.0.0.1, one worker, a random master key in its environment only (never "
+        lines += [("- LiteLLM proxy on 127.0.0.1, one worker, a random master key in its environment only (never "
                   "written; the payloads carry `user_api_key_hash: litellm_proxy_master_key`). Callback "
                   "`tools/engine/litellm_slp_logger.py` writes `kwargs[\"standard_logging_object\"]` of every "
                   "success and failure event, unedited, one JSON line each. Before the load: "
-                  f"{meta['proxy']['warm_up']}. Its config (the `warmup` group is only for that):", "",
+                  f"{meta['proxy']['warm_up']}. Its config (the `warmup` group is only for that):"), "",
                   "```json", json.dumps(meta["litellm_config"], indent=2), "```"]
         if meta.get("dead_endpoint"):
             lines.append(f"- Dead endpoint: `{meta['dead_endpoint']}` (a closed port, checked to refuse "
@@ -389,7 +390,7 @@ def render_readme(run_dir: Path, meta: dict, facts: dict) -> str:
         lines.append("- Injected: nothing.")
     lines += ["", "## Files", ""]
     for p in sorted(run_dir.rglob("*")):
-        if p.is_file() and not p.name.endswith(".prom"):
+        if p.is_file() and not p.name.endswith(".prom") and p.name != "README.md":
             lines.append(f"- `{p.relative_to(run_dir)}` ({p.stat().st_size:,} bytes)")
     for folder, m in facts["engine_metrics"].items():
         lines.append(f"- `{folder}/metrics_*.prom`: {m['scrapes_ok']} scrapes of /metrics (~1/s), indexed in "
@@ -400,17 +401,17 @@ def render_readme(run_dir: Path, meta: dict, facts: dict) -> str:
               f"- {c['requests']} requests ({c['streamed']} streamed), malformed lines {c['malformed_lines']}",
               f"- http_status: {_fmt(c['http_status'])}",
               f"- errors: {_fmt(c['errors'])}",
-              f"- finish_reason of 200s: {_fmt(c['finish_reason_of_200'])}; by max_tokens: "
-              f"{_fmt(c['finish_reason_by_max_tokens'])}",
-              f"- of {c['answers_200']} answers: content empty {c['content_empty']}, reasoning present "
+              (f"- finish_reason of 200s: {_fmt(c['finish_reason_of_200'])}; by max_tokens: "
+              f"{_fmt(c['finish_reason_by_max_tokens'])}"),
+              (f"- of {c['answers_200']} answers: content empty {c['content_empty']}, reasoning present "
               f"{c['reasoning_present']}, both (empty content with reasoning) "
               f"{c['content_empty_and_reasoning_present']}; `<think>` markers in content "
               f"{c['think_markers_in_content']}, in reasoning {c['think_markers_in_reasoning']}; reasoning fields "
-              f"{_fmt(c['reasoning_field_names'])}",
-              f"- TTFT (client, streamed 200s): {_dist_text(c['ttft_client_s_streamed_200'])}; streamed 200s "
-              f"without any token: {c['streamed_200_without_ttft']}",
-              f"- e2e all: {_dist_text(c['e2e_s_all'])}; 200s: {_dist_text(c['e2e_s_200'])}; failed: "
-              f"{_dist_text(c['e2e_s_failed'])}"]
+              f"{_fmt(c['reasoning_field_names'])}"),
+              (f"- TTFT (client, streamed 200s): {_dist_text(c['ttft_client_s_streamed_200'])}; streamed 200s "
+              f"without any token: {c['streamed_200_without_ttft']}"),
+              (f"- e2e all: {_dist_text(c['e2e_s_all'])}; 200s: {_dist_text(c['e2e_s_200'])}; failed: "
+              f"{_dist_text(c['e2e_s_failed'])}")]
     if c.get("failed_sent_at_s"):
         lines.append(f"- failed requests were sent between t={c['failed_sent_at_s']['first']} s and "
                      f"t={c['failed_sent_at_s']['last']} s; per 5 s window of send time: "
@@ -424,13 +425,13 @@ def render_readme(run_dir: Path, meta: dict, facts: dict) -> str:
                      f"{a['ok_after']} ok")
     if c.get("gateway_headers"):
         h = c["gateway_headers"]
-        lines += [f"- proxy headers: model group {_fmt(h['x-litellm-model-group'])}; deployment "
+        lines += [(f"- proxy headers: model group {_fmt(h['x-litellm-model-group'])}; deployment "
                   f"{_fmt(h['x-litellm-model-id'])}; attempted fallbacks {_fmt(h['x-litellm-attempted-fallbacks'])} "
                   f"(sum {h['attempted_fallbacks_sum']}); attempted retries "
                   f"{_fmt(h['x-litellm-attempted-retries'])} (sum {h['attempted_retries_sum']}); error responses "
-                  f"with x-litellm-attempted-retries: {h['error_responses_with_attempted_headers']}",
-                  f"- error responses saying a fallback also failed: {c['errors_saying_fallback_also_failed']}; "
-                  f"saying 'LiteLLM Retried: N times' (N: count): {_fmt(c['errors_saying_retried_times'])}",
+                  f"with x-litellm-attempted-retries: {h['error_responses_with_attempted_headers']}"),
+                  (f"- error responses saying a fallback also failed: {c['errors_saying_fallback_also_failed']}; "
+                  f"saying 'LiteLLM Retried: N times' (N: count): {_fmt(c['errors_saying_retried_times'])}"),
                   f"- status by final model group: {_fmt(h['status_by_model_group'])}"]
     g = facts.get("gateway")
     if g:
@@ -440,28 +441,28 @@ def render_readme(run_dir: Path, meta: dict, facts: dict) -> str:
                   f"- by model group: {_fmt(g['status_by_model_group'])}",
                   f"- by deployment: {_fmt(g['status_by_model_id'])}",
                   f"- failures: error_class {_fmt(g['error_class'])}; error_code {_fmt(g['error_code'])}",
-                  f"- timeouts: {g['timeouts']['count']} ({_fmt(g['timeouts']['by_model_group'])}), duration "
-                  f"{_dist_text(g['timeouts']['duration_s'])}",
-                  f"- finish_reason of successes: {_fmt(g['finish_reason_of_success'])}; by group: "
+                  (f"- timeouts: {g['timeouts']['count']} ({_fmt(g['timeouts']['by_model_group'])}), duration "
+                  f"{_dist_text(g['timeouts']['duration_s'])}"),
+                  (f"- finish_reason of successes: {_fmt(g['finish_reason_of_success'])}; by group: "
                   f"{_fmt(g['finish_reason_by_model_group'])}; successes with empty content "
-                  f"{g['success_content_empty']}",
+                  f"{g['success_content_empty']}"),
                   f"- `stream` field: {_fmt(g['stream_field'])}",
-                  f"- e2e (endTime - startTime) success: {_dist_text(g['e2e_s_success'])}; failure: "
+                  (f"- e2e (endTime - startTime) success: {_dist_text(g['e2e_s_success'])}; failure: "
                   f"{_dist_text(g['e2e_s_failure'])}; TTFT (completionStartTime - startTime, stream true): "
-                  f"{_dist_text(g['ttft_s_streamed_success'])}",
-                  f"- {t['count']} trace_ids; attempts per trace {_fmt(t['attempts_per_trace'])}; final attempt "
-                  f"status {_fmt(t['final_attempt_status'])}",
-                  f"- fallbacks (group changes within a trace, attempts ordered by endTime; status of the attempt "
-                  f"fallen back to): {_fmt(t['fallbacks_by_end_time'])}",
-                  f"- repeated attempts in the same group per trace (retries): "
-                  f"{_fmt(t['repeated_attempts_in_same_group_per_trace'])}",
-                  f"- traces whose startTime order differs from endTime order: "
-                  f"{t['traces_where_start_time_order_differs_from_end_time_order']}",
-                  f"- client requests whose `x-litellm-call-id` is a payload's `litellm_call_id`: "
-                  f"{g['client_call_ids_found_in_payloads']} of {c['requests']}"]
+                  f"{_dist_text(g['ttft_s_streamed_success'])}"),
+                  (f"- {t['count']} trace_ids; attempts per trace {_fmt(t['attempts_per_trace'])}; final attempt "
+                  f"status {_fmt(t['final_attempt_status'])}"),
+                  (f"- fallbacks (group changes within a trace, attempts ordered by endTime; status of the attempt "
+                  f"fallen back to): {_fmt(t['fallbacks_by_end_time'])}"),
+                  (f"- repeated attempts in the same group per trace (retries): "
+                  f"{_fmt(t['repeated_attempts_in_same_group_per_trace'])}"),
+                  (f"- traces whose startTime order differs from endTime order: "
+                  f"{t['traces_where_start_time_order_differs_from_end_time_order']}"),
+                  (f"- client requests whose `x-litellm-call-id` is a payload's `litellm_call_id`: "
+                  f"{g['client_call_ids_found_in_payloads']} of {c['requests']}")]
     if facts.get("proxy_log"):
-        lines += ["", f"Proxy log (`proxy.log`): router lines 'litellm.acompletion(model=…) Exception <class>', one "
-                      f"per failed call (timeouts print none): {_fmt(facts['proxy_log']['call_exception_lines'])}"]
+        lines += ["", (f"Proxy log (`proxy.log`): router lines 'litellm.acompletion(model=…) Exception <class>', one "
+                      f"per failed call (timeouts print none): {_fmt(facts['proxy_log']['call_exception_lines'])}")]
     lines += ["", "Engine /metrics scrapes:", ""]
     for folder, m in facts["engine_metrics"].items():
         gauges = "; ".join(f"{k} max {g['max']} at t={g['at_s']} s" for k, g in m["gauge_max"].items())
@@ -479,7 +480,7 @@ def render_readme(run_dir: Path, meta: dict, facts: dict) -> str:
 def _iso(ts: float) -> str:
     import datetime
 
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 COMPRESS_ABOVE_BYTES = 1_000_000
@@ -552,17 +553,17 @@ def write_index(folder: Path) -> Path:
         size = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
         rows.append((run_dir.name, meta, facts, size))
     lines = ["# Recorded real runs", "",
-             "Small runs recorded on this project's shared 2-core machine from real servers: llama.cpp (the "
+             ("Small runs recorded on this project's shared 2-core machine from real servers: llama.cpp (the "
              "`xllamacpp` wheel, tools/engine/server.py, the tiny random-weight model, --threads 1) alone or behind a "
              "real LiteLLM proxy (`litellm[proxy]` from PyPI in its own venv). Each folder has a README saying how it "
              "was made and what is in it, `recording.json` (versions, flags, proxy config, injected events with their "
              "times) and `facts.json`, computed from the raw files by tools/engine/recording_facts.py without "
-             "servlens. Re-record with tools/engine/recordings.py (see tools/engine/README.md).", "",
-             "Layout: gateway runs (`gw-*`) have `litellm_slp.jsonl[.zst]` (one StandardLoggingPayload per attempt, "
+             "servlens. Re-record with tools/engine/recordings.py (see tools/engine/README.md)."), "",
+             ("Layout: gateway runs (`gw-*`) have `litellm_slp.jsonl[.zst]` (one StandardLoggingPayload per attempt, "
              "unedited), `client/requests.jsonl` (the client's log, with the proxy's `x-litellm-*` response "
              "headers), the first backend's `/metrics` scrapes with `metrics_index.jsonl`, `props.json` and "
              "`engine.log` at the top, other backends in `backend-<name>/`, and `proxy.log`. Engine runs "
-             "(`llamacpp-*`) have `requests.jsonl` at the top.", "",
+             "(`llamacpp-*`) have `requests.jsonl` at the top."), "",
              "| run | requests | made by | headline facts (from facts.json) | size |", "|---|---|---|---|---|"]
     for name, meta, facts, size in rows:
         v = meta["versions"]

@@ -30,20 +30,27 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 import requests
 
 from .cli import chosen, list_run_parser
-from .gateway import GATEWAY_HEADERS, Proxy, closed_port, deployment, find_litellm, free_port, litellm_version, \
-    proxy_config
+from .gateway import (
+    GATEWAY_HEADERS,
+    Proxy,
+    closed_port,
+    deployment,
+    find_litellm,
+    free_port,
+    litellm_version,
+    proxy_config,
+)
 from .load import MetricsScraper, PlannedRequest, RequestLog, drive
 from .model import ModelSpec, ensure_model
 from .scenarios import CHAT, THINK_GRAMMAR, _plan, chat_body, poisson_offsets, shared_system_prompt
 from .server import RunningServer, ServerConfig, start_server
-
 
 # ---- plans (seeded: a re-recording sends the same requests) ------------------------------------------------------
 
