@@ -229,9 +229,12 @@ def gateway_facts(path: Path) -> dict:
         traces[p.get("trace_id")].append(p)
     fallbacks: Counter = Counter()
     retries_per_trace: Counter = Counter()
-    start_order_differs = 0
+    start_order_differs = success_starts_before_failure = 0
     final_status: Counter = Counter()
     for attempts in traces.values():
+        first_failure = min((p["startTime"] for p in attempts if p.get("status") == "failure"), default=None)
+        success_starts_before_failure += any(p.get("status") == "success" and first_failure is not None
+                                             and p["startTime"] < first_failure for p in attempts)
         by_end = sorted(attempts, key=lambda p: p["endTime"])
         by_start = sorted(attempts, key=lambda p: p["startTime"])
         if [p.get("id") for p in by_end] != [p.get("id") for p in by_start]:
@@ -247,7 +250,8 @@ def gateway_facts(path: Path) -> dict:
                      "final_attempt_status": dict(final_status),
                      "fallbacks_by_end_time": dict(fallbacks),
                      "repeated_attempts_in_same_group_per_trace": {str(k): v for k, v in sorted(retries_per_trace.items())},
-                     "traces_where_start_time_order_differs_from_end_time_order": start_order_differs}
+                     "traces_where_start_time_order_differs_from_end_time_order": start_order_differs,
+                     "traces_whose_success_starts_before_their_failure": success_starts_before_failure}
     return out
 
 
@@ -290,6 +294,7 @@ def metrics_facts(folder: Path, t0: float | None) -> dict:
             ts, v = max(vals, key=lambda tv: tv[1])
             maxima[name] = {"max": v, "at_s": round(ts - t0, 3) if t0 else None, "scrapes_with_value": len(vals)}
     out["gauge_max"] = maxima
+    out["gauges_not_exposed"] = [n for n in ENGINE_GAUGES if n not in maxima]
     counters = {}
     for name in ENGINE_COUNTERS:
         vals = [s[name] for _, s in scrapes if name in s]
@@ -372,7 +377,8 @@ def render_readme(run_dir: Path, meta: dict, facts: dict) -> str:
                   "written; the payloads carry `user_api_key_hash: litellm_proxy_master_key`). Callback "
                   "`tools/engine/litellm_slp_logger.py` writes `kwargs[\"standard_logging_object\"]` of every "
                   "success and failure event, unedited, one JSON line each. Before the load: "
-                  f"{meta['proxy']['warm_up']}. Its config (the `warmup` group is only for that):"), "",
+                  f"{meta['proxy']['warm_up']} (so that backend's counters do not start at 0 in the first "
+                  "scrape, which is taken after the warm-up). Its config (the `warmup` group is only for that):"), "",
                   "```json", json.dumps(meta["litellm_config"], indent=2), "```"]
         if meta.get("dead_endpoint"):
             lines.append(f"- Dead endpoint: `{meta['dead_endpoint']}` (a closed port, checked to refuse "
@@ -457,7 +463,8 @@ def render_readme(run_dir: Path, meta: dict, facts: dict) -> str:
                   (f"- repeated attempts in the same group per trace (retries): "
                   f"{_fmt(t['repeated_attempts_in_same_group_per_trace'])}"),
                   (f"- traces whose startTime order differs from endTime order: "
-                  f"{t['traces_where_start_time_order_differs_from_end_time_order']}"),
+                  f"{t['traces_where_start_time_order_differs_from_end_time_order']}; traces whose success payload "
+                  f"has a startTime before their failure's: {t['traces_whose_success_starts_before_their_failure']}"),
                   (f"- client requests whose `x-litellm-call-id` is a payload's `litellm_call_id`: "
                   f"{g['client_call_ids_found_in_payloads']} of {c['requests']}")]
     if facts.get("proxy_log"):
@@ -467,7 +474,8 @@ def render_readme(run_dir: Path, meta: dict, facts: dict) -> str:
     for folder, m in facts["engine_metrics"].items():
         gauges = "; ".join(f"{k} max {g['max']} at t={g['at_s']} s" for k, g in m["gauge_max"].items())
         counters = "; ".join(f"{k} last {g['last']} (drops {g['drops']})" for k, g in m["counters"].items())
-        lines.append(f"- `{folder}`: {m['scrapes_ok']} ok, {m['scrapes_failed']} failed"
+        lines.append(f"- `{folder}`: {m['scrapes_ok']} ok, {m['scrapes_failed']} failed; not exposed by this build: "
+                     f"{_fmt(m['gauges_not_exposed'])}"
                      + (f" (between t={m['scrapes_failed_between_s'][0]} and {m['scrapes_failed_between_s'][1]} s)"
                         if m.get("scrapes_failed_between_s") else "")
                      + f"; {gauges}; {counters}")
