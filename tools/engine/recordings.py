@@ -39,6 +39,7 @@ import requests
 from .cli import chosen, list_run_parser
 from .gateway import (
     GATEWAY_HEADERS,
+    GatewayError,
     Proxy,
     closed_port,
     deployment,
@@ -401,8 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     if names is None:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        record(RUNS[name], args.out, args.model_cache, args.seed, args.litellm)
+    try:
+        for name in names:
+            record(RUNS[name], args.out, args.model_cache, args.seed, args.litellm)
+    except GatewayError as exc:
+        print(f"Error: {exc}.", file=sys.stderr)
+        return 2
     return 0
 
 
