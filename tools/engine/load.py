@@ -55,7 +55,7 @@ class RequestLog:
 
 
 def _send(session: requests.Session, base_url: str, run: str, planned: PlannedRequest, run_start: float,
-          timeout: float) -> dict:
+          timeout: float, record_headers: tuple[str, ...] = ()) -> dict:
     body = planned.body
     stream = bool(body.get("stream"))
     rec: dict = {"run": run, "req_idx": planned.req_idx, "path": planned.path, "body": body,
@@ -71,6 +71,9 @@ def _send(session: requests.Session, base_url: str, run: str, planned: PlannedRe
         resp = session.post(base_url + planned.path, json=body, stream=True, timeout=timeout)
         rec["http_status"] = resp.status_code
         rec["headers_ts"] = time.time()
+        if record_headers:  # response headers whose lower-cased name starts with one of these (a gateway's own)
+            rec["response_headers"] = {k.lower(): v for k, v in resp.headers.items()
+                                       if k.lower().startswith(record_headers)}
         if stream and resp.status_code == 200:
             _read_stream(resp, rec, send_ts)
         else:
@@ -101,7 +104,7 @@ def _read_stream(resp: requests.Response, rec: dict, send_ts: float) -> None:
     rec.update(first_byte_ts=None, first_data_chunk_ts=None, first_token_ts=None, finish_reason=None)
     offsets: list[float] = []
     content: list[str] = []
-    reasoning: list[str] = []
+    reasoning: dict[str, list[str]] = {}  # by the delta's own field name (reasoning_content, reasoning)
     n_chunks = 0
     last = None
     buf = b""
@@ -129,14 +132,14 @@ def _read_stream(resp: requests.Response, rec: dict, send_ts: float) -> None:
             for choice in obj.get("choices") or []:
                 delta = choice.get("delta") or {}
                 text = delta.get("content") or ""
-                thought = delta.get("reasoning_content") or delta.get("reasoning") or ""
-                if (text or thought) and rec["first_token_ts"] is None:
+                thoughts = {k: delta[k] for k in ("reasoning_content", "reasoning") if delta.get(k)}
+                if (text or thoughts) and rec["first_token_ts"] is None:
                     rec["first_token_ts"] = now
                 if text:
                     offsets.append(round(now - send_ts, 6))
                     content.append(text)
-                if thought:
-                    reasoning.append(thought)
+                for key, thought in thoughts.items():
+                    reasoning.setdefault(key, []).append(thought)
                 if choice.get("finish_reason"):
                     rec["finish_reason"] = choice["finish_reason"]
             if "error" in obj and rec["finish_reason"] is None:
@@ -146,17 +149,22 @@ def _read_stream(resp: requests.Response, rec: dict, send_ts: float) -> None:
     rec["stream_final_chunk"] = last
     rec["output_chars"] = sum(len(t) for t in content)
     rec["stream_content"] = "".join(content)
-    rec["stream_reasoning_content"] = "".join(reasoning)
+    # The reassembled reasoning keeps the engine's name: stream_reasoning_content (llama.cpp, older vLLM) or
+    # stream_reasoning (newer vLLM); an empty stream_reasoning_content when the stream had none, as before.
+    for key, parts in (reasoning or {"reasoning_content": []}).items():
+        rec[f"stream_{key}"] = "".join(parts)
     if rec["first_token_ts"] is not None:
         rec["ttft_client_s"] = round(rec["first_token_ts"] - send_ts, 6)
 
 
 def drive(base_url: str, run: str, plan: list[PlannedRequest], log: RequestLog, max_in_flight: int = 64,
-          timeout: float = 120.0) -> dict:
+          timeout: float = 120.0, headers: dict | None = None, record_headers: tuple[str, ...] = ()) -> dict:
     """Send ``plan`` on its schedule (each request at its offset, bursts all at once), at most ``max_in_flight``
-    open at a time, logging each as it finishes. Returns a small summary."""
+    open at a time, logging each as it finishes. ``headers`` go with every request (a gateway's key);
+    ``record_headers`` are the prefixes of response headers to log. Returns a small summary."""
     plan = sorted(plan, key=lambda p: (p.offset_s, p.req_idx))
     session = requests.Session()
+    session.headers.update(headers or {})
     adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=max_in_flight)
     session.mount("http://", adapter)
     t0_wall, t0 = time.time(), time.monotonic()
@@ -164,7 +172,7 @@ def drive(base_url: str, run: str, plan: list[PlannedRequest], log: RequestLog, 
     lock = threading.Lock()
 
     def task(p: PlannedRequest) -> None:
-        rec = _send(session, base_url, run, p, t0_wall, timeout)
+        rec = _send(session, base_url, run, p, t0_wall, timeout, record_headers)
         log.write(rec)
         with lock:
             statuses[rec["http_status"]] = statuses.get(rec["http_status"], 0) + 1

@@ -39,6 +39,7 @@ class ServerConfig:
     cache_ram_mib: int = 0  # --cache-ram: host-memory prompt cache; 0 keeps reuse to the slots' own KV cache
     slot_prompt_similarity: float | None = None  # --slot-prompt-similarity; None = llama.cpp's default
     alias: str = "tiny"  # --alias: the model name the server reports
+    port: int = 0  # --port; 0 = any free port (a restart that must keep its address sets one)
 
     def argv(self) -> list[str]:
         args = [
@@ -50,6 +51,8 @@ class ServerConfig:
             args.append("--metrics")
         if self.slot_prompt_similarity is not None:
             args += ["--slot-prompt-similarity", str(self.slot_prompt_similarity)]
+        if self.port:
+            args += ["--port", str(self.port)]
         return args
 
 
