@@ -260,8 +260,7 @@ def ingest_inputs(
                 report.sources.append(result.to_dict())
                 touched.extend(result.runs)
             else:
-                label = run or metrics.metrics_run_for(plan.path, index or None) or _run_of_request_log(
-                    plan, request_results)
+                label = run or _scrape_run(metrics.metrics_run_for(plan.path, index or None), plan, request_results)
                 summary = _ingest_metrics(con, metrics, plan, run=label, at=at, index=index or None,
                                           keep_text=keep_text, strict=strict)
                 report.sources.append(summary)
@@ -288,6 +287,16 @@ def ingest_inputs(
                 report.sources[position] = result.to_dict()
     report.runs = list(dict.fromkeys(touched))
     return report
+
+
+def _scrape_run(indexed: str | None, plan: _Plan, request_results: list[tuple[int, SourceResult]]) -> str | None:
+    """A scrape's run without --run: the run its index names when a request log of this call has that run (a
+    recorder that labelled several runs in one log and its scrapes alike) or when there are no request logs; else
+    the run of the request log it came with; else the index's label."""
+    logged = {run for _, r in request_results for run in r.runs}
+    if indexed is not None and (indexed in logged or not logged):
+        return indexed
+    return _run_of_request_log(plan, request_results) or indexed
 
 
 def _run_of_request_log(plan: _Plan, request_results: list[tuple[int, SourceResult]]) -> str | None:
