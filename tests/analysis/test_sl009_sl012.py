@@ -177,7 +177,8 @@ def test_llamacpp_poisson_context_errors_are_slot_sized(llamacpp):
     errors = [r["response"]["error"] for r in _raw(REAL / "llamacpp" / "requests.jsonl", "poisson") if r["http_status"] == 400]
     f = _finding(llamacpp, "SL012", "poisson")
     m = f["evidence"]["metrics"]
-    assert f["state"] == "fired" and f["severity"] == "critical"
+    # four users are not many: a warning (critical needs critical_min_requests = 5)
+    assert f["state"] == "fired" and f["severity"] == "warning"
     assert m["context_errors"] == len(errors) == 4
     assert m["context_limit"] == errors[0]["n_ctx"] == 2048
     assert m["overflow_prompt_tokens_min"] == min(e["n_prompt_tokens"] for e in errors)

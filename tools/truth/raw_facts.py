@@ -38,7 +38,14 @@ def _gauges(folder: Path) -> dict:
 
 
 def facts(folder: Path) -> dict:
-    rows = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines() if line.strip()]
+    log = folder / "requests.jsonl"
+    if log.exists():
+        text = log.read_text()
+    else:
+        import zstandard
+
+        text = zstandard.ZstdDecompressor().stream_reader(open(folder / "requests.jsonl.zst", "rb")).read().decode()
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     out: dict = {}
     for run in sorted({r.get("run") for r in rows}, key=str):
         rs = [r for r in rows if r.get("run") == run]

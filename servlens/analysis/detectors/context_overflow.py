@@ -72,7 +72,8 @@ def detect(ctx: DetectorContext) -> dict:
         return not_evaluable(f"only {s['n']} requests; the rule needs at least {p['min_requests']} (min_requests)",
                              "Too few requests to judge context overflow.")
     limit = s["limit_max"]
-    thresholds = {k: p[k] for k in ("at_limit_share", "min_affected", "critical_share", "min_requests")}
+    thresholds = {k: p[k] for k in ("at_limit_share", "min_affected", "critical_share", "critical_min_requests",
+                                    "min_requests")}
     metrics = {"requests": s["n"], "context_errors": s["ctx_errors"], "context_limit": limit,
                "context_limit_min": s["limit_min"], "requests_naming_the_limit": s["limit_n"]}
     per_request_limit = f"coalesce(named_limit, {limit})" if limit else "named_limit"
@@ -136,7 +137,8 @@ def detect(ctx: DetectorContext) -> dict:
     result = {"state": "fired", "summary": summary, "evidence": evidence,
               "examples": ctx.examples(f"request_id IN (SELECT request_id FROM sl012_requests WHERE is_ctx_error OR ({cut_where}))",
                                        "prompt_tokens DESC NULLS LAST")}
-    if share >= p["critical_share"]:
+    # Critical needs many users, not only a share: one over-long prompt among nine requests is a client's mistake.
+    if share >= p["critical_share"] and affected >= p["critical_min_requests"]:
         result["severity"] = "critical"
     return result
 
