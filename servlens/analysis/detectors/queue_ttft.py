@@ -78,6 +78,13 @@ def detect(ctx: DetectorContext) -> dict:
     if spec is None:
         return not_evaluable("no request has an arrival, first-token or end time (t_arrival, t_first_token, t_end)",
                              "Queue-driven TTFT spikes cannot be placed in time.")
+    if per_request_wait:
+        # A wait known for only some requests (a gateway log beside an engine's, a source that splits only part of
+        # its rows) must not stand for all of them: judging the rest as "no wait" hides their queue. Per request
+        # only when most TTFTs come with their wait; else the waiting gauge decides, or the rule is not evaluable.
+        known = ctx.one(f"""SELECT count(*) AS n, count({WAIT_EXPR}) AS with_wait FROM scope_requests
+                            WHERE ttft_s IS NOT NULL AND t_at IS NOT NULL""")
+        per_request_wait = known["with_wait"] >= 0.5 * known["n"]
     base_where = "ttft_s IS NOT NULL AND t_at IS NOT NULL" + (f" AND {WAIT_EXPR} IS NOT NULL" if per_request_wait else "")
     n = ctx.one(f"SELECT count(*) AS n FROM scope_requests WHERE {base_where}")["n"]
     if n < p["min_requests"]:
@@ -104,8 +111,8 @@ def detect(ctx: DetectorContext) -> dict:
 
     gauge_name, waiting = _gauge_by_window(ctx, WAITING_GAUGES)
     if not per_request_wait and gauge_name is None:
-        return not_evaluable("no per-request wait (queue_s, prefill_s) and no waiting-requests gauge",
-                             "Cannot tell queueing from prefill.")
+        return not_evaluable("no per-request wait (queue_s, prefill_s) for most requests with a TTFT, and no "
+                             "waiting-requests gauge", "Cannot tell queueing from prefill.")
 
     threshold = max(p["spike_ratio"] * baseline, baseline + p["min_excess_s"])
     queue_windows, prefill_windows = [], []
