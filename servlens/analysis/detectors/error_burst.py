@@ -52,6 +52,11 @@ def detect(ctx: DetectorContext) -> dict:
     if spec is None:
         return {"state": "not_evaluable", "summary": "Errors cannot be placed in time.",
                 "reason": "no request has an arrival, first-token or end time (t_arrival, t_first_token, t_end)"}
+    if not ctx.has("http_status") and not ctx.has("error_type") and not ctx.has("error_message") \
+            and not ctx.has("finish_reason") and not _source_records_outcome(ctx):
+        return {"state": "not_evaluable", "summary": "The source does not say which requests failed.",
+                "reason": "no request has an http_status, error_type, error_message or finish_reason, and the "
+                          "source's format does not map a status (ingest calls every such request ok)"}
     per = max(1, round(spec.peak_s / spec.width_s))        # windows in one stretch
     starts = max(1, spec.count - per + 1)
     recovered = _recovered_sql(ctx)
@@ -134,6 +139,30 @@ def detect(ctx: DetectorContext) -> dict:
                             for c in window_classes) + "."
     return {"state": "fired", "severity": "critical" if worst["level"] == 2 else "warning", "summary": summary,
             "evidence": evidence, "examples": examples[:5], "remediation": remediation[0].upper() + remediation[1:]}
+
+
+# The outcome columns a format profile may map; a profile that maps one records failures, even when none occurred
+# (vllm bench's `errors` list is all empty strings on a clean run, so error_message is NULL everywhere).
+OUTCOME_COLUMNS = ("status", "http_status", "error_type", "error_message", "finish_reason")
+
+
+def _source_records_outcome(ctx: DetectorContext) -> bool:
+    """Whether every source of the scope was read with a format profile that maps an outcome column."""
+    from servlens.errors import ConfigError
+    from servlens.ingest.profiles import get_profile
+
+    formats = [r["format"] for r in ctx.rows("""SELECT DISTINCT s.format FROM sources s
+                                                WHERE s.source_id IN (SELECT source_id FROM scope_requests)""")]
+    if not formats:
+        return False
+    for name in formats:
+        try:
+            profile = get_profile(name)
+        except ConfigError:
+            return False
+        if not any(column in profile.columns for column in OUTCOME_COLUMNS):
+            return False
+    return True
 
 
 def _recovered_sql(ctx: DetectorContext) -> str:
