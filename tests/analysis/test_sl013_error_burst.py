@@ -184,5 +184,5 @@ def test_vllm_bench_runs_with_an_empty_errors_list_are_clear():
 def test_public_trace_without_an_outcome_is_not_evaluable(trace):
     (f,) = _analyze(SHARED_DATA / "traces" / trace)
     assert f["state"] == "not_evaluable"
-    assert f["reason"] == ("no request has an http_status, error_type, error_message or finish_reason, and the "
-                           "source's format does not map a status (ingest calls every such request ok)")
+    assert f["reason"] == ("missing http_status, error_type, error_message and finish_reason in every request, and "
+                           "the source's format does not map a status (ingest calls every such request ok)")

@@ -55,8 +55,8 @@ def detect(ctx: DetectorContext) -> dict:
     if not ctx.has("http_status") and not ctx.has("error_type") and not ctx.has("error_message") \
             and not ctx.has("finish_reason") and not _source_records_outcome(ctx):
         return {"state": "not_evaluable", "summary": "The source does not say which requests failed.",
-                "reason": "no request has an http_status, error_type, error_message or finish_reason, and the "
-                          "source's format does not map a status (ingest calls every such request ok)"}
+                "reason": "missing http_status, error_type, error_message and finish_reason in every request, and "
+                          "the source's format does not map a status (ingest calls every such request ok)"}
     per = max(1, round(spec.peak_s / spec.width_s))        # windows in one stretch
     starts = max(1, spec.count - per + 1)
     recovered = _recovered_sql(ctx)
