@@ -186,3 +186,27 @@ def test_public_trace_without_an_outcome_is_not_evaluable(trace):
     assert f["state"] == "not_evaluable"
     assert f["reason"] == ("missing http_status, error_type, error_message and finish_reason in every request, and "
                            "the source's format does not map a status (ingest calls every such request ok)")
+
+
+# --- a probe through a DNS outage, recorded with llama.cpp (tests/analysis/data/error_burst) ------------------------
+
+def test_recorded_dns_outage_fires_critical_as_connection_errors():
+    path = Path(__file__).parent / "data" / "error_burst" / "dns_outage" / "requests.jsonl"
+    raw = _jsonl(path)
+    failed = [r for r in raw if r["http_status"] is None]
+    assert len(raw) == 45 and [r["req_idx"] for r in failed] == list(range(15, 30))
+    assert all(r["error"].startswith("ConnectionError: HTTPConnectionPool(host='llm-engine.invalid'") for r in failed)
+    assert {r["http_status"] for r in raw if r not in failed} == {200}
+
+    f = _one(_analyze(path.parent), run="dns_outage")
+    m = f["evidence"]["metrics"]
+    assert (f["state"], f["severity"]) == ("fired", "critical")
+    assert (m["requests"], m["failed"], m["failed_connection"], m["failed_timeout"]) == (45, 15, 15, 0)
+    assert m["top_class"] == "connection"
+    start, end = (datetime.fromisoformat(m[k]) for k in ("worst_window_start", "worst_window_end"))
+    inside = [r for r in raw if start <= datetime.fromtimestamp(r["send_ts"], UTC) < end]
+    assert (m["worst_requests"], m["worst_failed"]) == (len(inside), sum(r in failed for r in inside))
+    assert m["worst_share"] == 1.0
+    assert f["remediation"].startswith("Connection/DNS (") and "DNS name" in f["remediation"]
+    by_line = dict(enumerate(raw, 1))
+    assert f["examples"] and all(by_line[e["line"]]["http_status"] is None for e in f["examples"])
