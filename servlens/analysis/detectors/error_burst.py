@@ -16,6 +16,7 @@ request is unknown (ingest then calls every request ok): the rule's evidence pat
 
 from __future__ import annotations
 
+from itertools import zip_longest
 from statistics import NormalDist
 
 from servlens.analysis.detectors._common import chart, pct, rounded, table
@@ -102,6 +103,7 @@ def detect(ctx: DetectorContext) -> dict:
         "requests": total["n"], "failed": total["failed"], "failed_share": rounded(total["failed"] / total["n"]),
         "recovered": total["recovered"], "window_s": spec.width_s, "peak_window_s": rounded(per * spec.width_s),
         "worst_window_s": rounded((last - first + 1) * spec.width_s),
+        "worst_window": _span((last - first + 1) * spec.width_s),
         "worst_window_start": bounds["start"], "worst_window_end": bounds["end"],
         "worst_requests": worst["n"], "worst_failed": worst["failed"], "worst_share": rounded(worst["share"]),
         "worst_share_low": rounded(worst["share_low"]),
@@ -109,36 +111,43 @@ def detect(ctx: DetectorContext) -> dict:
         "top_class": window_classes[0]["error_class"] if window_classes else None,
     } | {f"failed_{name}": 0 for name in CLASS_NAMES} | {f"failed_{c['error_class']}": c["in_scope"] for c in classes}
     split = ", ".join(f"{CLASS_LABELS[c['error_class']]} {c['in_window']}" for c in window_classes)
-    where = (f"the whole scope ({_span(spec.count * spec.width_s)})" if worst["len"] >= spec.count else
+    whole = worst["len"] >= spec.count
+    where = (f"the whole scope ({_span(spec.count * spec.width_s)})" if whole else
              f"the worst {_span(worst['len'] * spec.width_s)} ({_clock(spec, first, ctx)})")
     stretch = (f"{where} had {worst['failed']} of {worst['n']} requests failed ({pct(worst['share'], 1)}"
-               + (f", at least {pct(worst['share_low'], 1)} with {pct(p['confidence'])} confidence" if worst["failed"]
-                  else "") + (f": {split})" if split else ")"))
+               + (f", {pct(worst['share_low'], 1)} at the lower end of its {pct(p['confidence'])} interval"
+                  if worst["failed"] else "") + (f": {split})" if split else ")"))
     if worst["level"] == 0:
-        overall = (f"{total['failed']} of {total['n']} requests failed ({pct(total['failed'] / total['n'], 1)})"
-                   if total["failed"] else f"none of {total['n']} requests failed")
-        return {"state": "clear", "evidence": {"metrics": metrics, "thresholds": thresholds},
-                "summary": f"No error burst: {overall}; {stretch}; a burst needs at least {p['min_failed']} "
-                           f"failures and a failed share surely at least {pct(p['min_share'])}."}
+        line = (f"a burst needs at least {p['min_failed']} failures in a window and a failed share of at least "
+                f"{pct(p['min_share'])} at the lower end of its interval")
+        if not total["failed"]:
+            summary = f"No error burst: none of {total['n']} requests failed."
+        elif whole:
+            summary = (f"No error burst: {total['failed']} of {total['n']} requests failed "
+                       f"({pct(worst['share'], 1)}, {pct(worst['share_low'], 1)} at the lower end of its "
+                       f"{pct(p['confidence'])} interval: {split}); {line}.")
+        else:
+            summary = (f"No error burst: {total['failed']} of {total['n']} requests failed "
+                       f"({pct(total['failed'] / total['n'], 1)}); {stretch}; {line}.")
+        return {"state": "clear", "evidence": {"metrics": metrics, "thresholds": thresholds}, "summary": summary}
     recovered_note = ""
     in_window_recovered = worst["failed"] - worst["unanswered"]
     if in_window_recovered:
         recovered_note = (f"; {in_window_recovered} of them got an answer from a retry or fallback in the same trace"
                           if worst["unanswered"] else "; every one got an answer from a retry or fallback in the same "
                                                       "trace")
-    summary = (f"Error burst: {stretch}{recovered_note}. Over the scope {total['failed']} of {total['n']} failed "
-               f"({pct(total['failed'] / total['n'])}).")
+    summary = f"Error burst: {stretch}{recovered_note}." + ("" if whole else (
+        f" Over the scope {total['failed']} of {total['n']} failed ({pct(total['failed'] / total['n'])})."))
     evidence = {"metrics": metrics, "thresholds": thresholds, "windows": [bounds],
                 "table": _class_table(ctx, classes, in_worst), "chart": _chart(ctx, spec, bounds)}
-    examples = []
-    for c in window_classes:
-        take = max(1, 5 // len(window_classes))
-        examples += ctx.examples(f"{ERROR_CLASS} = {sql_literal(c['error_class'])} AND "
-                                 f"{spec.index_sql()} BETWEEN {first} AND {last}", "t_at", take)
+    # Up to five examples, taken in turn from each class of the worst window (the largest first).
+    per_class = [ctx.examples(f"{ERROR_CLASS} = {sql_literal(c['error_class'])} AND "
+                              f"{spec.index_sql()} BETWEEN {first} AND {last}", "t_at") for c in window_classes]
+    examples = [e for turn in zip_longest(*per_class) for e in turn if e is not None][:5]
     remediation = "; ".join(f"{CLASS_LABELS[c['error_class']]} ({c['in_window']}): {WHAT_TO_DO[c['error_class']]}"
                             for c in window_classes) + "."
     return {"state": "fired", "severity": "critical" if worst["level"] == 2 else "warning", "summary": summary,
-            "evidence": evidence, "examples": examples[:5], "remediation": remediation[0].upper() + remediation[1:]}
+            "evidence": evidence, "examples": examples, "remediation": remediation[0].upper() + remediation[1:]}
 
 
 # The outcome columns a format profile may map; a profile that maps one records failures, even when none occurred
