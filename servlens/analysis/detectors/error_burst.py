@@ -1,17 +1,18 @@
 """SL013 error burst: the share of failed requests in the worst window of a scope, split by error class.
 
 Failed requests and their class come from servlens/analysis/failures.py (FAILED, ERROR_CLASS). The scope's windows
-(servlens/analysis/windows.py) are cut from its first request; a stretch is the peak window (30 min, or a quarter of
-a shorter span) made of consecutive windows, sliding one window at a time. Each stretch is judged:
+(servlens/analysis/windows.py) are cut from its first request. The stretches judged are each window alone, the peak
+window (30 min, or a quarter of a shorter span) sliding one window at a time, and the whole scope:
 
-- a burst (warning) when at least `min_failed` of its requests failed and they are at least `min_share` of them;
-- critical when at least `critical_min_failed` failures, `critical_share` of its requests, got no answer at all: a
+- a burst (warning) when at least `min_failed` of its requests failed and their share is at least `min_share` at
+  the lower end of its Wilson score interval (`confidence`), so that 3 failures of 40 at night are not a burst;
+- critical when at least `critical_min_failed` requests, `critical_share` of the stretch, got no answer at all: a
   failed attempt whose trace (trace_id) got an answer from another attempt (a retry or a fallback, possibly on
   another deployment) was recovered, and the user did not see it.
 
-The worst stretch is the one at the highest level, then with the most failures, then the highest share, then the
-earliest. Without an HTTP status, error type, error message or finish reason anywhere in the scope the outcome of a
-request is unknown (ingest then calls every request ok): the rule's evidence paths make that not evaluable.
+The worst stretch is the one at the highest level, then the one whose share is most surely high, then the one with
+the most failures, then the earliest. Without an HTTP status, error type, error message or finish reason in the
+scope, and from a format that maps none, the outcome is unknown (ingest calls every such request ok): not evaluable.
 """
 
 from __future__ import annotations
@@ -74,8 +75,10 @@ def detect(ctx: DetectorContext) -> dict:
                           sum(unanswered) AS unanswered
                    FROM range(0, {starts}) st JOIN win ON win.w BETWEEN st.range AND st.range + {per - 1}
                    GROUP BY st.range
-                   -- the whole scope too: in a short run the peak window is a sliver of it
-                   UNION ALL SELECT 0, {spec.count}, sum(n), sum(failed), sum(unanswered) FROM win),
+                   -- the whole scope too (in a short run the peak window is a sliver of it), and each window
+                   -- alone (a one-minute outage in a day-long log would be diluted in any 30 min)
+                   UNION ALL SELECT 0, {spec.count}, sum(n), sum(failed), sum(unanswered) FROM win
+                   UNION ALL SELECT w, 1, n, failed, unanswered FROM win),
              b AS (SELECT *, failed / n AS share, unanswered / n AS unanswered_share,
                           -- the Wilson score interval's lower end: 3 failures of 40 are 7.5% but could be chance
                           (failed / n + {z2} / (2 * n) - {z} * sqrt(failed / n * (1 - failed / n) / n
@@ -87,7 +90,8 @@ def detect(ctx: DetectorContext) -> dict:
                        ELSE 0 END AS level
         FROM b""")
     # The highest level, then the share most surely high (with no burst: the stretch closest to the line).
-    worst = ctx.one("SELECT * FROM sl013_stretches ORDER BY level DESC, share_low DESC, failed DESC, s, len LIMIT 1")
+    worst = ctx.one(f"""SELECT * FROM sl013_stretches ORDER BY level DESC, failed >= {int(p['min_failed'])} DESC,
+                                   share_low DESC, failed DESC, s, len LIMIT 1""")
     total = ctx.one("""SELECT count(*) AS n, count(error_class) AS failed,
                               count(*) FILTER (WHERE error_class IS NOT NULL AND recovered) AS recovered
                        FROM sl013_requests""")
