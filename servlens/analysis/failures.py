@@ -39,7 +39,7 @@ ERROR_CLASSES: tuple[tuple[str, tuple[int, ...], tuple[str, ...], tuple[str, ...
     ("rate_limit", (429,), ("ratelimit", "rate_limit", "rate limit", "too many requests"), (),
      "HTTP 429 / RateLimitError: a deployment's rpm/tpm limit or the engine's admission limit"),
     # Before timeouts and 5xx: a refused connection, a failed DNS lookup or a connect timeout is an endpoint that
-    # cannot be reached, whatever status the gateway put on it.
+    # cannot be reached; it has no HTTP status, or the 500/502/503 a gateway puts on it (CONNECTION_STATUSES).
     ("connection", (), ("connection error", "connectionerror", "connecterror", "connection refused",
                         "connect timeout", "connecttimeout", "connection reset", "failed to establish",
                         "getaddrinfo", "name or service not known", "name resolution", "nodename nor servname",
@@ -59,6 +59,9 @@ ERROR_CLASSES: tuple[tuple[str, tuple[int, ...], tuple[str, ...], tuple[str, ...
                                             "service unavailable", "bad gateway", "badgateway"), (),
      "HTTP 500/502/503: the upstream server failed"),
 )
+# The only HTTP statuses a connection failure may carry: a 408 whose text also names the fallback's connection error
+# ("litellm.Timeout ... Fallback to chat-small also failed: ... Connection error.") is the timeout the client got.
+CONNECTION_STATUSES = (500, 502, 503)
 OTHER_CLASS = "other"
 CLASS_NAMES = tuple(c[0] for c in ERROR_CLASSES) + (OTHER_CLASS,)
 
@@ -76,7 +79,15 @@ def _condition(statuses: tuple[int, ...], words: tuple[str, ...], finishes: tupl
     return "(" + " OR ".join(parts) + ")"
 
 
+def _when(name: str, statuses: tuple[int, ...], words: tuple[str, ...], finishes: tuple[str, ...]) -> str:
+    condition = _condition(statuses, words, finishes)
+    if name == "connection":
+        allowed = ", ".join(map(str, CONNECTION_STATUSES))
+        condition = f"(coalesce(http_status IN ({allowed}), http_status IS NULL) AND {condition})"
+    return condition
+
+
 # The class of a failed request (NULL for a request that did not fail): the first class that matches.
 ERROR_CLASS = ("CASE WHEN NOT " + FAILED + " THEN NULL "
-               + " ".join(f"WHEN {_condition(st, w, fr)} THEN '{name}'" for name, st, w, fr, _ in ERROR_CLASSES)
+               + " ".join(f"WHEN {_when(name, st, w, fr)} THEN '{name}'" for name, st, w, fr, _ in ERROR_CLASSES)
                + f" ELSE '{OTHER_CLASS}' END")

@@ -210,3 +210,97 @@ def test_recorded_dns_outage_fires_critical_as_connection_errors():
     assert f["remediation"].startswith("Connection/DNS (") and "DNS name" in f["remediation"]
     by_line = dict(enumerate(raw, 1))
     assert f["examples"] and all(by_line[e["line"]]["http_status"] is None for e in f["examples"])
+
+
+# --- tests/data/recorded: real LiteLLM proxy runs in front of llama.cpp, and a llama.cpp restart ---------------------
+# These folders were recorded on another branch; until it is merged they are absent and the tests say so.
+
+RECORDED = REPO / "tests" / "data" / "recorded"
+
+
+def _recorded(name: str) -> tuple[Path, list[dict], list[dict]]:
+    folder = RECORDED / name
+    if not folder.is_dir():
+        pytest.skip(f"{folder} is not in this checkout")
+    client = folder / "client" / "requests.jsonl"
+    slp = [p for p in (folder / "litellm_slp.jsonl", folder / "litellm_slp.jsonl.zst") if p.exists()]
+    # DuckDB reads the .zst as the payloads' JSON text, line by line.
+    payloads = [json.loads(row[0]) for row in duckdb.connect().execute(
+        "SELECT json FROM read_ndjson_objects(?)", [str(slp[0])]).fetchall()] if slp else []
+    return folder, _jsonl(client if client.exists() else folder / "requests.jsonl"), payloads
+
+
+def _client_scope(findings: list[dict]) -> dict:
+    """The client log's scope, model group `chat` (it names no deployment; the proxy's payloads carry one, api_base
+    or '', and a backend's scrapes alone make a scope without a model)."""
+    return _one(findings, model="chat", deployment=None)
+
+
+def _answered_traces(slp: list[dict]) -> set[str]:
+    return {p["trace_id"] for p in slp if p["status"] == "success"}
+
+
+def test_recorded_429_storm_is_critical_in_the_client_log_and_the_proxy_payloads():
+    folder, client, slp = _recorded("gw-ratelimit-429")
+    assert Counter(r["http_status"] for r in client) == {429: 46, 200: 14}
+    rejected = [p for p in slp if p["status"] == "failure"]
+    assert len(rejected) == 46 and {p["error_information"]["error_class"] for p in rejected} == {"RateLimitError"}
+    findings = _analyze(folder)
+    f = _client_scope(findings)
+    m = f["evidence"]["metrics"]
+    assert (f["state"], f["severity"]) == ("fired", "critical")
+    assert (m["requests"], m["failed"], m["failed_rate_limit"], m["top_class"]) == (60, 46, 46, "rate_limit")
+    assert f["remediation"].startswith("Rate limit (") and "rpm/tpm" in f["remediation"]
+    # The router rejected them before picking a deployment: the payloads have no api_base.
+    proxy = [g for g in findings if g["scope"]["deployment"] is not None and g["evidence"]["metrics"].get("failed")]
+    assert len(proxy) == 1 and (proxy[0]["state"], proxy[0]["severity"]) == ("fired", "critical")
+    assert proxy[0]["evidence"]["metrics"]["failed_rate_limit"] == 46
+
+
+@pytest.mark.parametrize(("name", "status", "klass"), [("gw-timeout-fallback", 408, "timeout"),
+                                                      ("gw-dead-fallback", 500, "connection"),
+                                                      ("gw-retries", 500, "connection")])
+def test_recorded_fallbacks_and_retries_leave_unanswered_exactly_what_the_client_saw(name, status, klass):
+    folder, client, slp = _recorded(name)
+    client_failed = sum(r["http_status"] == status for r in client)
+    assert client_failed == sum(r["http_status"] != 200 for r in client) > 0
+    failed = [p for p in slp if p["status"] == "failure" and (p.get("api_base") or p.get("model_id"))]
+    answered = _answered_traces(slp)
+    findings = _analyze(folder)
+    primary = [g for g in findings if g["scope"]["deployment"] and g["evidence"]["metrics"].get("failed")]
+    assert len(primary) == 1
+    f = primary[0]
+    m = f["evidence"]["metrics"]
+    assert f["state"] == "fired" and f["severity"] == "warning"
+    assert m["failed"] == len(failed) and m["recovered"] == sum(p["trace_id"] in answered for p in failed)
+    # Failed attempts whose trace never got an answer are the client's errors, one each.
+    assert m["failed"] - m["recovered"] == client_failed
+    c = _client_scope(findings)["evidence"]["metrics"]
+    assert (c["failed"], c[f"failed_{klass}"]) == (client_failed, client_failed)
+
+
+def test_recorded_timeout_fallback_client_408_is_a_timeout_though_its_text_names_a_connection_error():
+    folder, client, _ = _recorded("gw-timeout-fallback")
+    (bad,) = [r for r in client if r["http_status"] == 408]
+    message = bad["response"]["error"]["message"]
+    assert message.startswith("litellm.Timeout") and "Connection error." in message
+    f = _client_scope(_analyze(folder))
+    assert f["state"] == "clear" and f["evidence"]["metrics"]["failed_timeout"] == 1
+
+
+def test_recorded_healthy_gateway_is_clear():
+    folder, client, slp = _recorded("gw-healthy")
+    assert {r["http_status"] for r in client} == {200} and {p["status"] for p in slp} == {"success"}
+    findings = [f for f in _analyze(folder) if f["state"] != "not_evaluable"]
+    assert len(findings) == 2 and {f["state"] for f in findings} == {"clear"}
+
+
+def test_recorded_llamacpp_restart_is_critical_connection_errors_then_503s():
+    folder, raw, _ = _recorded("llamacpp-restart-midrun")
+    refused = [r for r in raw if r["http_status"] is None]
+    assert len(refused) == 18 and all(r["error"].startswith("ConnectionError:") for r in refused)
+    assert Counter(r["http_status"] for r in raw) == {200: 39, None: 18, 503: 3}
+    f = _one(_analyze(folder), run="llamacpp-restart-midrun")
+    m = f["evidence"]["metrics"]
+    assert (f["state"], f["severity"]) == ("fired", "critical")
+    assert (m["failed"], m["failed_connection"], m["failed_server_5xx"]) == (21, 18, 3)
