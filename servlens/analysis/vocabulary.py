@@ -7,6 +7,8 @@ value already known to be non-NULL.
 
 from __future__ import annotations
 
+from servlens.analysis.failures import ERROR_CLASSES, FAILED
+
 # The wait of one request before the engine worked on it: the engine's queue time, else TTFT minus prefill time;
 # clipped to [0, TTFT] because the two clocks differ (client TTFT, engine queue) and a wait longer than the TTFT it is
 # part of is clock skew. NULL when neither queue_s nor prefill_s (with ttft_s) is known.
@@ -15,21 +17,15 @@ WAIT = (f"(CASE WHEN {_RAW_WAIT} IS NULL THEN NULL "
         f"WHEN ttft_s IS NULL THEN greatest({_RAW_WAIT}, 0) "
         f"ELSE least(greatest({_RAW_WAIT}, 0), ttft_s) END)")
 
-# HTTP statuses that mean the request ran out of time somewhere on its path: 408 request timeout (LiteLLM's
-# litellm.Timeout), 504 gateway timeout, 524 (a proxy's origin timeout); 499 is the client closing first.
-TIMEOUT_STATUSES = (408, 504, 524)
-_TIMEOUT_WORDS = ("timeout", "timed out", "deadline exceeded")
+# Failed requests and their classes live in servlens/analysis/failures.py; a timeout is a failure of the timeout
+# class there (HTTP 408/504/524, LiteLLM `Timeout`, finish_reason timeout), read the same way by every rule.
+TIMEOUT_STATUSES = next(c[1] for c in ERROR_CLASSES if c[0] == "timeout")
+_TIMEOUT_WORDS = next(c[2] for c in ERROR_CLASSES if c[0] == "timeout")
 _type_text = "lower(coalesce(error_type, '') || ' ' || coalesce(error_message, ''))"
 
-# A request that failed: the source said error, or its finish says it did not complete, or HTTP said so.
-# False (not NULL) when the source says nothing of failure, so a FILTER or a share counts it as not failed; use
-# STATUS_KNOWN as the denominator of an error share.
-FAILED = ("coalesce(status = 'error' OR finish_reason IN ('error', 'abort', 'timeout') OR http_status >= 400, "
-          "false)")
 STATUS_KNOWN = "(status IS NOT NULL OR http_status IS NOT NULL OR finish_reason IS NOT NULL)"
 
-# A failure whose class, type or status says it ran out of time: LiteLLM `Timeout` / error_class, HTTP 408/504,
-# an engine or client abort on a deadline, finish_reason timeout.
+# A failure whose class, type or status says it ran out of time.
 TIMEOUT = ("coalesce(finish_reason = 'timeout' OR http_status IN ({statuses}) OR "
            "(({failed}) AND ({words})), false)").format(
     statuses=", ".join(map(str, TIMEOUT_STATUSES)), failed=FAILED,

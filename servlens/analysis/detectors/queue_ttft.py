@@ -224,20 +224,16 @@ def detect(ctx: DetectorContext) -> dict:
     if preemptions:
         corroboration.append(f"{preemptions:g} preemptions")
 
-    # Warm-up, not capacity: the queue sits in the first windows of the data, only a handful of requests waited, and
-    # they arrived no faster than the run's usual rate, so what they waited behind was the first, cold prefills.
+    # Warm-up, not capacity: the queue sits in the first windows of the data and only a handful of requests waited
+    # (too few to be load), so what they waited behind was the first, cold prefills.
     span_windows = max(w["w"] for w in windows) + 1
-    spike_rate = n_spike / (len(queue_windows) * spec.width_s)
-    run_rate = n / (span_windows * spec.width_s)
-    warmup = (cold_start and last < max(2, 0.1 * span_windows) and n_spike <= p["warmup_max_requests"]
-              and spike_rate <= 2 * run_rate)
+    warmup = cold_start and last < max(2, 0.1 * span_windows) and n_spike <= p["warmup_max_requests"]
     if warmup:
         metrics |= {"spike_kind": "warm-up", "spike_requests": n_spike, "worst_ttft_p99_s": rounded(worst["ttft_p99"]),
                     "cold_start": True, "queue_share": rounded(worst["queue_share"])}
         return {"state": "clear",
                 "summary": f"TTFT p99 reached {secs(worst['ttft_p99'])} in the first window(s) of the data, but only "
-                           f"{n_spike} requests waited, arriving at the usual rate: they queued behind the first, cold "
-                           "prefills. That is warm-up (see SL007 cold-start), not a queue caused by load.",
+                           f"{n_spike} requests waited: they queued behind the first, cold prefills. That is warm-up (see SL007 cold-start), not a queue caused by load.",
                 "evidence": {"metrics": metrics, "thresholds": thresholds, "chart": the_chart,
                              "windows": [spec.bounds(a, b) for a, b in runs]}}
 
