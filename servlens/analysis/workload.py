@@ -534,6 +534,8 @@ def _relative(moment: str, p: dict) -> str:
 
 
 def duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"     # a burst of 50 requests in 11 ms is not "0.0 s"
     if seconds < 120:
         return f"{seconds:.1f} s"
     if seconds < 7200:

@@ -237,7 +237,13 @@ def test_analyze_document_and_renderings_carry_the_workload(traces):
     assert "64% of prompt blocks reusable" in mooncake and "no latencies" in mooncake
     assert "from +00:07:00" in mooncake                             # relative clock shown as an offset
     text = render_analyze_text(doc)
-    assert "\nWORKLOAD\n" in text and "64% of prompt blocks reusable" in " ".join(text.split())
+    assert "\nWORKLOAD\n  azure_llm_2023_conv_first5000: 5,000 requests over 17.1 min, peak 13/s in 1 s at " in text
+    assert ("\n  mooncake_fast25_synthetic_trace: 3,993 requests over 17.0 min, peak 13/s in 1 s at +00:15:46,\n"
+            "    4.55/s in 1 min at +00:15:00\n") in text
+    verbose = render_analyze_text(doc, verbose=True)
+    assert "64% of prompt blocks reusable" in " ".join(verbose.split())
+    assert ("      peak_1s: start=1970-01-01T00:15:46.000Z, end=1970-01-01T00:15:47.000Z, requests=13, rate_rps=13\n"
+            ) in verbose
     markdown = render_analyze_markdown(doc)
     assert "### Workload" in markdown and "64% of prompt blocks reusable" in markdown
     # The busiest second and minute beside the peak window, in every rendering.
