@@ -57,16 +57,73 @@ def test_help_has_an_example(cli_runner):
         assert "Example:" in invoke(cli_runner, ["rules", sub, "--help"]).output
 
 
+def _fired_and_rule_lines(doc: dict) -> tuple[list[tuple[str, str]], list[str]]:
+    """From the JSON document: (severity, rule) of each fired finding in report order, and each rule's counts."""
+    order = {"critical": 0, "warning": 1, "info": 2}
+    fired = sorted(((f["severity"], f["rule"], f["name"]) for f in doc["findings"] if f["state"] == "fired"),
+                   key=lambda f: (order[f[0]], f[1]))
+    rules = sorted({(f["rule"], f["name"]) for f in doc["findings"]})
+    counts = [f"  {rule} {name}: " + ", ".join(
+        f"{sum(1 for f in doc['findings'] if f['rule'] == rule and f['state'] == state)} {label}"
+        for state, label in (("fired", "fired"), ("clear", "clear"), ("not_evaluable", "not evaluable")))
+        for rule, name in rules]
+    return [(f"  {sev.upper():<8} {rule} {name} [tiny]: ", rule) for sev, rule, name in fired], counts
+
+
 def test_text_report_leads_with_fired_findings_by_severity(cli_runner, store_path):
-    result = invoke(cli_runner, ["analyze", "--db", store_path, "--run", "burst50"] + FOUR)
+    args = ["analyze", "--db", store_path, "--run", "burst50"] + FOUR
+    result = invoke(cli_runner, args)
     assert result.exit_code == 0
+    doc = json.loads(invoke(cli_runner, args + ["--format", "json"]).stdout)
     out = result.output
-    assert out.startswith("servlens analyze: 1 run(s) (burst50), 50 requests")
-    # The burst held back most requests (critical); answers cut at the client's caps are a warning.
-    assert out.index("FIRED\n  CRITICAL SL004 queue-driven-ttft-spike  [run=burst50, model=tiny]") < out.index(
-        "WARNING  SL002 length-limit-finishes")
-    assert "CLEAR (2)\n  SL001 prefix-cache-disabled [run=burst50, model=tiny]: Requests do not share prefixes" in out
-    assert out.rstrip().endswith("Summary: 2 fired (1 critical, 1 warning), 0 not evaluable, 2 clear.")
+    lines = out.splitlines()
+    assert lines[0].startswith("servlens analyze: 1 run(s) (burst50), 50 requests")
+    # One line per fired finding, by severity: severity, rule, scope (one run: the model), headline.
+    fired, counts = _fired_and_rule_lines(doc)
+    start = lines.index(f"FIRED ({len(fired)}): severity, rule [model / deployment]: what happened")
+    leads = [line for line in lines[start + 1:] if line.startswith("  ") and not line.startswith("   ")]
+    assert [line[:len(lead)] for line, (lead, _) in zip(leads, fired)] == [lead for lead, _ in fired]
+    # Then per rule how many checks fired, were clear, were not evaluable; the evidence waits for --verbose.
+    checks = lines.index("CHECKS BY RULE (4: each rule on each run, model and deployment)")
+    assert [line.split(" (")[0] for line in lines[checks + 1:checks + 5]] == counts
+    assert "what to do:" not in out and "CLEAR (" not in out
+    c = {s: sum(1 for f in doc["findings"] if f["state"] == s) for s in ("fired", "not_evaluable", "clear")}
+    assert f"{c['not_evaluable']} not evaluable, {c['clear']} clear.\n--verbose adds each finding's evidence" in out
+
+
+def test_verbose_text_has_the_evidence_and_every_check(cli_runner, store_path):
+    from servlens.render.analyze_text import render_analyze_text
+
+    args = ["analyze", "--db", store_path, "--run", "burst50"] + FOUR
+    doc = json.loads(invoke(cli_runner, args + ["--format", "json"]).stdout)
+    out = invoke(cli_runner, args + ["--verbose"]).output
+    assert out == render_analyze_text(doc, verbose=True)
+    flat = " ".join(out.split())
+    for finding in doc["findings"]:
+        if finding["state"] == "fired":
+            assert " ".join(f"rollback: {finding['rollback']}".split()) in flat
+            assert " ".join(f"what to do: {finding['remediation']}".split()) in flat
+        else:
+            reason = finding["reason"] or finding["summary"]
+            assert " ".join(f"{finding['rule']} {finding['name']} [run=burst50, model=tiny]: {reason}".split()) in flat
+    assert "\n    rate: bucket_s=" in out and "peak_1min=n/a" in out    # the full workload profile
+
+
+@pytest.mark.slow
+def test_the_demo_fits_on_a_screen_or_two(cli_runner):
+    """`servlens analyze sample_logs/` (the README's demo): a line or two per fired finding, a line per rule and per
+    run; the 1,350 lines of evidence are for --verbose, JSON, Markdown and HTML."""
+    from servlens.render.analyze_text import render_analyze_text
+
+    # One analysis (half a minute): the text the command prints is the rendering of its JSON document.
+    doc = json.loads(invoke(cli_runner, ["analyze", "sample_logs/", "--format", "json"]).stdout)
+    text = render_analyze_text(doc)
+    fired = sum(1 for f in doc["findings"] if f["state"] == "fired")
+    rules = len({f["rule"] for f in doc["findings"]})
+    lines = text.splitlines()
+    assert len(lines) <= 2 * fired + 2 * rules + len(doc["workload"]["runs"]) * 2 + 14, len(lines)
+    assert sum(1 for line in lines if line[2:10].rstrip() in ("CRITICAL", "WARNING", "INFO")) == fired
+    assert "evidence:" not in text and len(render_analyze_text(doc, verbose=True).splitlines()) > 3 * len(lines)
 
 
 def test_fail_on_sets_exit_1_only_at_or_above_the_severity(monkeypatch, capsys, store_path):

@@ -44,12 +44,15 @@ def _split(values: tuple[str, ...]) -> list[str]:
               help="Override a rule parameter, e.g. --set SL004.min_queue_share=0.6; repeatable.")
 @click.option("--fail-on", "fail_on", type=click.Choice(FAIL_ON), default=None,
               help="Exit 1 when a finding of this severity or higher fired [default: never].")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Text output: each finding's evidence, examples, what to do and rollback, every check with "
+                   "its reason, and the full workload profile (JSON, Markdown and HTML always have them).")
 @click.option("--templates", "templates_dir", type=click.Path(file_okay=False), default=None,
               help="With --format html: a folder of templates that replace the built-in ones.")
 @output_options
 @click.pass_context
 def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select, ignore, settings, fail_on,
-            templates_dir, output_format, out):
+            verbose, templates_dir, output_format, out):
     """Find incidents in request logs and engine metrics: run the rules and report each finding with its evidence.
 
     PATHS are request logs, scrapes, or folders holding both; they are ingested into a temporary in-memory store.
@@ -65,6 +68,7 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
         servlens analyze --db .servlens/store.duckdb --run before
         servlens analyze logs/ --select SL001,SL004 --set SL004.min_queue_share=0.6 --fail-on warning
         servlens analyze logs/ --format md --out summary.md
+        servlens analyze incident-1128/ --verbose
     """
     from servlens.analysis.rules import load_rules, parse_overrides, select_rules
     from servlens.analysis.runner import analyze as run_analysis
@@ -93,12 +97,14 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
     color = fmt == "text" and out is None and sys.stdout.isatty()
     if chart_imports is not None:
         chart_imports.join()
-    write_output(render(doc, fmt, templates_dir, color=color), default_out(fmt, out, "analyze"))
+    rendered = render(doc, fmt, templates_dir, color=color, verbose=verbose)
+    write_output(rendered, default_out(fmt, out, "analyze"))
     _warn_not_evaluable(doc)
     ctx.exit(1 if fails(doc, fail_on) else 0)
 
 
-def render(doc: dict, fmt: str, templates_dir: str | None = None, color: bool = False) -> str:
+def render(doc: dict, fmt: str, templates_dir: str | None = None, color: bool = False,
+           verbose: bool = False) -> str:
     if fmt == "json":
         return json.dumps(doc, indent=2, ensure_ascii=False)
     if fmt == "md":
@@ -109,7 +115,7 @@ def render(doc: dict, fmt: str, templates_dir: str | None = None, color: bool = 
         return _html_renderer()(doc, templates_dir)
     from servlens.render.analyze_text import render_analyze_text
 
-    return render_analyze_text(doc, color=color)
+    return render_analyze_text(doc, color=color, verbose=verbose)
 
 
 def _html_renderer():

@@ -4,6 +4,7 @@ evaluable and what was clear. Log values are escaped so a request id cannot brea
 
 from __future__ import annotations
 
+from servlens.analysis.workload import peak_rates
 from servlens.render.analyze_text import headline, scope_text, value_text
 
 _ICON = {"critical": "🔴", "warning": "🟠", "info": "🔵"}
@@ -70,7 +71,29 @@ def render_analyze_markdown(doc: dict) -> str:
         out += [f"| {f['rule']} {md_escape(f['name'])} | {md_escape(scope_text(f['scope']))} | {md_escape(f['summary'])} |"
                 for f in clear]
         out += ["", "</details>", ""]
-    workload = (doc.get("workload") or {}).get("summary") or []
-    if workload:
-        out += ["### Workload", ""] + [f"- {md_escape(line)}" for line in workload] + [""]
+    workload = doc.get("workload") or {}
+    if workload.get("summary"):
+        out += ["### Workload", ""] + _peak_table(workload.get("runs") or {})
+        out += [f"- {md_escape(line)}" for line in workload["summary"]] + [""]
     return "\n".join(out)
+
+
+MAX_PEAK_ROWS = 20
+
+
+def _peak_table(profiles: dict) -> list[str]:
+    """Each run's peak request rate at 1 s, 1 min and over the peak window: a one-second burst does not hide
+    behind a 30-minute mean."""
+    rows = []
+    for run, profile in profiles.items():
+        peaks = peak_rates(profile)
+        if peaks:
+            cells = [peaks.get(k, f"n/a (run under {k})") for k in ("1 s", "1 min", "window")]
+            rows.append(f"| {md_escape(run)} | {profile.get('requests', 0):,} | "
+                        + " | ".join(md_escape(c) for c in cells) + " |")
+    if not rows:
+        return []
+    hidden = len(rows) - MAX_PEAK_ROWS
+    more = ["", f"{hidden} more runs in the JSON result."] if hidden > 0 else []
+    return (["| Run | Requests | Peak rate, 1 s | Peak rate, 1 min | Peak window |", "|---|---|---|---|---|"]
+            + rows[:MAX_PEAK_ROWS] + more + [""])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections import Counter
 from datetime import datetime, timedelta
 
 import pytest
@@ -83,6 +84,76 @@ def test_long_trace_is_bounded(traces):
     assert models == {"ChatGPT", "GPT-4"}
     assert profile["error_share"] == pytest.approx(17 / 400)        # all-zero token rows are failures
     assert len(json.dumps(profile)) < 60_000
+
+
+def _raw_arrivals(run: str) -> list[datetime]:
+    """Each public trace's arrival times read straight from its file (not through servlens's ingest)."""
+    epoch = datetime(1970, 1, 1)
+    if run == "mooncake_fast25_synthetic_trace":
+        with open(TRACES / f"{run}.jsonl") as handle:   # timestamp: milliseconds from the trace's start
+            return [epoch + timedelta(milliseconds=json.loads(line)["timestamp"]) for line in handle]
+    with open(TRACES / f"{run}.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    if run == "burstgpt_v1_first400rows":                       # Timestamp: seconds from the trace's start
+        return [epoch + timedelta(seconds=float(r["Timestamp"])) for r in rows]
+    return [datetime.fromisoformat(r["TIMESTAMP"][:26]) for r in rows]   # Azure: wall clock, 100 ns digits
+
+
+def _busiest(times: list[datetime], seconds: int) -> tuple[datetime, int]:
+    """The clock-aligned second or minute with the most arrivals, the earliest on a tie."""
+    per_bin = Counter(t.replace(microsecond=0) if seconds == 1 else t.replace(second=0, microsecond=0)
+                      for t in times)
+    start, n = min(per_bin.items(), key=lambda item: (-item[1], item[0]))
+    return start, n
+
+
+@pytest.mark.parametrize("run", ["mooncake_fast25_synthetic_trace", "burstgpt_v1_first400rows",
+                                 "azure_llm_2023_conv_first5000"])
+def test_peak_rate_at_one_second_and_one_minute_matches_the_raw_trace(traces, run):
+    rate = workload_profile(traces, [run])["runs"][run]["rate"]
+    times = _raw_arrivals(run)
+    for key, seconds in (("peak_1s", 1), ("peak_1min", 60)):
+        start, n = _busiest(times, seconds)
+        end = start + timedelta(seconds=seconds)
+        assert rate[key] == {"start": start.isoformat(timespec="milliseconds") + "Z",
+                             "end": end.isoformat(timespec="milliseconds") + "Z",
+                             "requests": n, "rate_rps": round(n / seconds, 4)}, key
+    # The burst the averaged peak window hides (issue 12, class 10): a second at over twice the window's rate.
+    assert rate["peak_1s"]["rate_rps"] >= 2.4 * rate["peak_window"]["rate_rps"]
+
+
+def test_the_raw_peaks_are_the_known_bursts(traces):
+    """The numbers themselves: a change in the raw readers cannot make both sides agree on a wrong value."""
+    runs = workload_profile(traces, ["mooncake_fast25_synthetic_trace", "azure_llm_2023_conv_first5000",
+                                     "burstgpt_v1_first400rows"])["runs"]
+    seen = {run: [(p["rate"][k]["requests"], p["rate"][k]["start"][:19]) for k in ("peak_1s", "peak_1min")]
+            for run, p in runs.items()}
+    assert seen == {
+        "mooncake_fast25_synthetic_trace": [(13, "1970-01-01T00:15:46"), (273, "1970-01-01T00:15:00")],
+        "azure_llm_2023_conv_first5000": [(13, "2023-11-16T18:24:37"), (347, "2023-11-16T18:18:00")],
+        "burstgpt_v1_first400rows": [(2, "1970-01-01T02:59:20"), (8, "1970-01-01T09:28:00")],
+    }
+    mooncake = next(line for line in workload_profile(traces, ["mooncake_fast25_synthetic_trace"])["summary"])
+    assert ("peak 13/s in 1 s at +00:15:46, 4.55/s in 1 min at +00:15:00, 4.03/s over 4.5 min from +00:07:00 "
+            "(1x the mean)") in mooncake
+
+
+def test_a_run_shorter_than_a_minute_has_no_minute_peak(shared_data):
+    con = open_store(None)
+    try:
+        ingest_paths(con, [str(shared_data / "real-engine" / "llamacpp")])
+        profiles = workload_profile(con, ["poisson", "burst50"])
+        busiest = con.execute("""SELECT date_trunc('second', t_arrival) AS s, count(*) AS n FROM requests
+                                 WHERE run = 'poisson' GROUP BY 1 ORDER BY n DESC, s LIMIT 1""").fetchone()
+    finally:
+        con.close()
+    poisson, burst = profiles["runs"]["poisson"], profiles["runs"]["burst50"]
+    assert 1 < poisson["span_s"] < 60 and burst["span_s"] < 1
+    # Every minute bucket of a 21 s run is cut by its edges and would read below the run's mean: unknown.
+    assert poisson["rate"]["peak_1min"] is None and burst["rate"]["peak_1s"] is None
+    assert (poisson["rate"]["peak_1s"]["requests"], poisson["rate"]["peak_1s"]["start"]) == (
+        busiest[1], busiest[0].isoformat(timespec="milliseconds") + "Z")
+    assert "/s in 1 s at " in profiles["summary"][0] and "in 1 min" not in profiles["summary"][0]
 
 
 def test_bucket_width_steps():
@@ -166,9 +237,27 @@ def test_analyze_document_and_renderings_carry_the_workload(traces):
     assert "64% of prompt blocks reusable" in mooncake and "no latencies" in mooncake
     assert "from +00:07:00" in mooncake                             # relative clock shown as an offset
     text = render_analyze_text(doc)
-    assert "\nWORKLOAD\n" in text and "64% of prompt blocks reusable" in text
+    assert "\nWORKLOAD\n  azure_llm_2023_conv_first5000: 5,000 requests over 17.1 min, peak 13/s in 1 s at " in text
+    assert ("\n  mooncake_fast25_synthetic_trace: 3,993 requests over 17.0 min, peak 13/s in 1 s at +00:15:46,\n"
+            "    4.55/s in 1 min at +00:15:00\n") in text
+    verbose = render_analyze_text(doc, verbose=True)
+    assert "64% of prompt blocks reusable" in " ".join(verbose.split())
+    assert ("      peak_1s: start=1970-01-01T00:15:46.000Z, end=1970-01-01T00:15:47.000Z, requests=13, rate_rps=13\n"
+            ) in verbose
     markdown = render_analyze_markdown(doc)
     assert "### Workload" in markdown and "64% of prompt blocks reusable" in markdown
+    # The busiest second and minute beside the peak window, in every rendering.
+    assert ("| mooncake\\_fast25\\_synthetic\\_trace | 3,993 | 13/s at +00:15:46 | 4.55/s at +00:15:00 | "
+            "4.03/s over 4.5 min from +00:07:00 (1x the mean) |") in markdown
+    assert "| Run | Requests | Peak rate, 1 s | Peak rate, 1 min | Peak window |" in markdown
+    from servlens.render.html import render_html
+
+    page = render_html(doc)
+    workload = page[page.index('id="workload"'):]
+    assert "<h6>Peak 1s</h6>" in workload and "<h6>Peak 1min</h6>" in workload
+    mooncake_html = workload[workload.index("<h4>Mooncake"):]
+    assert "<dt>Requests</dt><dd>13</dd>" in mooncake_html
+    assert "<dt>Requests</dt><dd>273</dd>" in mooncake_html
 
 
 def test_vllm_context_per_sequence_from_its_cache_config(shared_data):
