@@ -128,3 +128,35 @@ def test_recorded_reasoning_format_runs(con, variant, streamed, reasoning):
     # every answer's flags are known; the thought is in reasoning_content except with --reasoning-format none
     assert one(con, """SELECT count(*), count(content_empty), count(reasoning_present), count(*) FILTER (WHERE stream),
         count(*) FILTER (WHERE reasoning_present) FROM requests""") == (40, 40, 40, streamed, reasoning)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# TTFT is the first output token of any kind, reasoning included (DESIGN.md; issue 12, class 9)
+
+
+def _with_first_output_ts(record: dict) -> dict:
+    """The same streamed answer as a client that records both times writes it: `first_output_ts` at the first
+    generated text of any kind, `first_token_ts` at the first content text (and no load.py offsets)."""
+    record = json.loads(json.dumps(record))
+    record["first_output_ts"] = record["first_token_ts"]
+    record["first_token_ts"] = record["send_ts"] + record["content_chunk_offsets_s"][0]
+    del record["ttft_client_s"], record["content_chunk_offsets_s"]
+    return record
+
+
+def test_ttft_counts_reasoning_tokens_and_first_content_is_kept_apart(con, tmp_path):
+    # Real llama.cpp streams with --reasoning-format deepseek: the thought streams first as reasoning_content.
+    streamed = [r for r in _records(DEEPSEEK) if r["body"].get("stream") and r.get("content_chunk_offsets_s")]
+    assert len(streamed) == 11
+    ingest_inputs(con, [_write(tmp_path, "both-times.jsonl", [_with_first_output_ts(r) for r in streamed])])
+    rows = con.execute("SELECT source_line, ttft_s, first_content_s FROM requests ORDER BY source_line").fetchall()
+    for (line, ttft, first_content), record in zip(rows, streamed, strict=True):
+        assert ttft == pytest.approx(record["first_token_ts"] - record["send_ts"], abs=1e-6), line
+        assert first_content == pytest.approx(record["content_chunk_offsets_s"][0], abs=1e-6), line
+    # line 1 (req_idx 3): the first thought token at 0.088 s, the first answer token at 0.601 s
+    assert rows[0][1] == pytest.approx(0.087629, abs=1e-6) and rows[0][2] == pytest.approx(0.600523, abs=1e-6)
+    # TTFT reads the same with either client: the reasoning parser does not move it
+    con.execute("DELETE FROM requests")
+    ingest_inputs(con, [_write(tmp_path, "loadgen.jsonl", streamed)])
+    again = con.execute("SELECT source_line, ttft_s, first_content_s FROM requests ORDER BY source_line").fetchall()
+    assert len(again) == len(rows) and all(a == pytest.approx(b, abs=1e-6) for a, b in zip(again, rows))
