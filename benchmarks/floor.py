@@ -104,7 +104,7 @@ def measure(argv: list[str] | None = None) -> dict[str, tuple[float, int]]:
     path = args.file.resolve()
     if not path.is_file():
         parser.error(f"{args.file} is not a file: pass a JSON-lines request log, e.g. one benchmarks/run.py generated")
-    profile = get_profile({"openai": "openai-client-log", "litellm": "litellm-slp"}[args.format])
+    profile = get_profile({"openai": "servlens-loadgen", "litellm": "litellm-slp"}[args.format])
     compiled = compile_profile(profile, CompileOptions(path=path, compression=compression_of(path), default_run=path.stem,
                                                        lines_by_insert_order=True))
     paths = compiled.json_paths

@@ -60,7 +60,7 @@ BENCH_INCIDENTS = ("queue_spike@14:00/45m", "prefix_cache_off@09:00/1h:qwen2.5-3
 BENCH_REGRESSION = "ttft=1.25"
 PANDAS_MEMORY_FACTOR = 8  # pandas read_json needs about this many times the file's size in RAM
 
-# The source fields servlens' profile for each format reads (litellm-slp.toml and openai-client-log.toml: every path
+# The source fields servlens' profile for each format reads (litellm-slp.toml and servlens-loadgen.toml: every path
 # their columns, text and attrs use), as DuckDB read_json column types. The bare scan materialises exactly these
 # (a count(*) would skip the parsing); keep in step with servlens/profiles/*.toml.
 SCAN_COLUMNS = {

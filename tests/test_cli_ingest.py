@@ -26,7 +26,7 @@ def test_ingest_a_folder_then_list_runs(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == f"Store: {tmp_path / 'store.duckdb'}"
-    assert lines[1] == ("requests.jsonl  [openai-client-log]  runs burst50, fresh_cache, fresh_nocache, poisson, "
+    assert lines[1] == ("requests.jsonl  [servlens-loadgen]  runs burst50, fresh_cache, fresh_nocache, poisson, "
                         "prefix_cache, prefix_nocache")
     assert lines[2] == "  174 rows, 0 bad lines, 2026-11-29 07:22:59 → 07:23:51 UTC (52 s)"
     assert lines[3].startswith("  filled: request_id, model, endpoint, stream, t_arrival, t_end, e2e_s, prompt_tokens")
@@ -47,7 +47,7 @@ def test_ingest_a_folder_then_list_runs(tmp_path):
     runs = servlens(tmp_path, "runs")
     assert runs.returncode == 0, runs.stderr
     text = runs.stdout
-    assert ("burst50: 1 requests source (openai-client-log); 9 metrics sources (prometheus-text); 1 engine_info source "
+    assert ("burst50: 1 requests source (servlens-loadgen); 9 metrics sources (prometheus-text); 1 engine_info source "
             "(llamacpp-props)") in text
     assert "  50 requests, 135 metric samples, 0 bad lines" in text
     assert "  2026-11-29 07:22:59 → 07:23:06 UTC (7.5 s)" in text
@@ -172,8 +172,8 @@ def test_formats_lists_every_profile_and_what_it_fills(tmp_path):
     assert "prometheus-text  Prometheus text exposition 0.0.4 scrape (one file per scrape; .prom/.txt, .gz/.zst)" in lines
     document = json.loads(servlens(tmp_path, "formats", "--format", "json").stdout)
     by_name = {f["name"]: f for f in document["formats"]}
-    assert by_name["openai-client-log"]["reader"] == "jsonl"
-    assert "queue_s" in by_name["openai-client-log"]["columns"]
+    assert by_name["servlens-loadgen"]["reader"] == "jsonl"
+    assert "queue_s" in by_name["servlens-loadgen"]["columns"]
 
 
 def test_runs_on_an_empty_or_missing_store(tmp_path):
@@ -213,9 +213,9 @@ _NAME_ONE = ("Name the format that fits with --from NAME (see 'servlens formats'
     [
         (["--from", "litellm-spendlogs-csv", str(SAMPLE_REQUESTS)],
          f"Error: {SAMPLE_REQUESTS} is not in the litellm-spendlogs-csv format: JSON lines, but the litellm-spendlogs-csv "
-         "profile reads CSV. " + _DETECT.format("openai-client-log")),
-        (["--from", "openai-client-log", str(BURSTGPT)],
-         f"Error: {BURSTGPT} is not in the openai-client-log format: CSV, but the openai-client-log profile reads JSON "
+         "profile reads CSV. " + _DETECT.format("servlens-loadgen")),
+        (["--from", "servlens-loadgen", str(BURSTGPT)],
+         f"Error: {BURSTGPT} is not in the servlens-loadgen format: CSV, but the servlens-loadgen profile reads JSON "
          "lines. " + _DETECT.format("burstgpt-trace")),
         (["--from", "azure-llm-trace", str(BURSTGPT)],
          f"Error: {BURSTGPT} is not in the azure-llm-trace format: missing the column(s) the azure-llm-trace profile "
@@ -224,13 +224,13 @@ _NAME_ONE = ("Name the format that fits with --from NAME (see 'servlens formats'
         (["--from", "vllm-bench", str(SAMPLE_REQUESTS)],
          f"Error: {SAMPLE_REQUESTS} is not in the vllm-bench format: none of its first 50 record(s) has the field(s) the "
          "vllm-bench profile requires: $.ttfts, $.input_lens, $.output_lens, $.start_times. "
-         + _DETECT.format("openai-client-log")),
-        (["--from", "openai-client-log", "notes.txt"],
-         "Error: @TMP@/notes.txt is not in the openai-client-log format: plain text, not JSON or CSV, but the "
-         "openai-client-log profile reads JSON lines. " + _NAME_ONE),
-        (["--from", "openai-client-log", str(SCRAPE)],
-         f"Error: {SCRAPE} is not in the openai-client-log format: plain text, not JSON or CSV, but the "
-         "openai-client-log profile reads JSON lines. It looks like metrics (prometheus-text): leave out --from to read "
+         + _DETECT.format("servlens-loadgen")),
+        (["--from", "servlens-loadgen", "notes.txt"],
+         "Error: @TMP@/notes.txt is not in the servlens-loadgen format: plain text, not JSON or CSV, but the "
+         "servlens-loadgen profile reads JSON lines. " + _NAME_ONE),
+        (["--from", "servlens-loadgen", str(SCRAPE)],
+         f"Error: {SCRAPE} is not in the servlens-loadgen format: plain text, not JSON or CSV, but the "
+         "servlens-loadgen profile reads JSON lines. It looks like metrics (prometheus-text): leave out --from to read "
          "it as metrics.\n"),
         # a CSV without a .csv suffix is read as asked; its header lacks what the profile reads
         (["--from", "litellm-spendlogs-csv", "burstgpt.txt"],

@@ -204,6 +204,8 @@ def load_profile_file(path: str | Path) -> Profile:
 
 
 _BUILTIN_CACHE: list[Profile] | None = None
+# Old names of renamed built-in profiles, still accepted by --from so existing commands keep working.
+RENAMED_PROFILES = {"openai-client-log": "servlens-loadgen"}
 
 
 def builtin_profiles() -> list[Profile]:
@@ -226,6 +228,7 @@ def builtin_profiles() -> list[Profile]:
 def get_profile(name: str) -> Profile:
     """A built-in profile by name (--from NAME); unknown names get the list of known ones."""
     profiles = builtin_profiles()
+    name = RENAMED_PROFILES.get(name, name)
     for profile in profiles:
         if profile.name == name:
             return profile

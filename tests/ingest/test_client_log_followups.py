@@ -1,4 +1,4 @@
-"""openai-client-log follow-ups, checked on logs recorded from a real llama.cpp server (sample_logs/, recorded by
+"""servlens-loadgen follow-ups, checked on logs recorded from a real llama.cpp server (sample_logs/, recorded by
 tools/engine/) and the real vLLM log in tests/data/shared/real-engine."""
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def test_folder_props_reach_every_request_row(con):
     # other attrs are kept
     assert one(con, "SELECT count(attrs->>'$.req_idx') FROM requests") == (150,)
     assert q(con, "SELECT run, kind, format, rows FROM sources WHERE kind <> 'metrics' ORDER BY kind") == [
-        ("mixed", "engine_info", "llamacpp-props", 0), ("mixed", "requests", "openai-client-log", 150)]
+        ("mixed", "engine_info", "llamacpp-props", 0), ("mixed", "requests", "servlens-loadgen", 150)]
     # ingesting the folder again adds nothing and changes nothing
     again = ingest_inputs(con, [str(SAMPLES / "mixed")])
     (entry,) = [s for s in again.sources if s["kind"] == "engine_info"]

@@ -40,7 +40,7 @@ def prefix(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# openai-client-log traps
+# servlens-loadgen traps
 
 
 def _vllm_chat(content, reasoning=None, finish="stop", details=None, completion_details=None):
@@ -174,7 +174,7 @@ def test_bad_lines_are_kept_with_line_number_length_reason_and_keys(con, tmp_pat
         (2, 50, "invalid JSON: the line ends before the value does (truncated?)", "send_ts,body,model", None),
         (4, 15, "invalid JSON", None, None),
         (5, 6, "a JSON array, not an object", None, None),
-        (6, 45, "missing field(s) the openai-client-log profile requires: $.body.model", "send_ts,http_status", None),
+        (6, 45, "missing field(s) the servlens-loadgen profile requires: $.body.model", "send_ts,http_status", None),
     ]
     assert [r[0] for r in con.execute("SELECT source_line FROM requests ORDER BY 1").fetchall()] == [1, 7]
 
@@ -204,7 +204,7 @@ def test_gzip_and_zstd_give_the_same_rows_as_plain(con, tmp_path):
     (tmp_path / "l.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(data))
     for name, run in (("l.jsonl.gz", "gz"), ("l.jsonl.zst", "zst")):
         report = ingest_inputs(con, [str(tmp_path / name)], run=run)
-        assert report.sources[0]["format"] == "openai-client-log" and report.sources[0]["rows"] == 174
+        assert report.sources[0]["format"] == "servlens-loadgen" and report.sources[0]["rows"] == 174
     assert one(con, """SELECT count(*) FROM (SELECT source_line, request_id, ttft_s, prompt_tokens, prefix_key FROM requests
         WHERE run = 'gz' EXCEPT SELECT source_line, request_id, ttft_s, prompt_tokens, prefix_key FROM requests
         WHERE run = 'zst')""") == (0,)
@@ -334,7 +334,7 @@ def test_a_named_file_nobody_recognises_names_the_formats_and_the_nearest(con, t
     with pytest.raises(InputError) as caught:
         ingest_inputs(con, [str(path)])
     assert str(caught.value) == (
-        f"{path} is not in a format servlens knows (no format profile recognises it; nearest: openai-client-log "
+        f"{path} is not in a format servlens knows (no format profile recognises it; nearest: servlens-loadgen "
         "(missing fields $.body.model)). Known formats: " + ", ".join(p.name for p in builtin_profiles())
         + ", plus Prometheus text/OpenMetrics and query_range JSON; name one with --from NAME or describe yours "
         "with --profile FILE (docs/profiles.md).")
@@ -394,7 +394,7 @@ def test_profile_errors_are_one_sentence(tmp_path):
 
 
 def test_each_record_is_parsed_once(tmp_path):
-    compiled = compile_profile(get_profile("openai-client-log"), CompileOptions(path=tmp_path / "x.jsonl"))
+    compiled = compile_profile(get_profile("servlens-loadgen"), CompileOptions(path=tmp_path / "x.jsonl"))
     sql = compiled.select()
     # one multi-path extraction for every field the profile reads; no per-field ->> on the line
     assert sql.count("json_extract_string(_text, [") == 1
@@ -430,9 +430,9 @@ def test_builtin_profiles_are_package_data():
     from importlib import resources
 
     names = sorted(e.name for e in resources.files("servlens.profiles").iterdir() if e.name.endswith(".toml"))
-    assert {"openai-client-log.toml", "vllm-bench.toml", "mooncake-trace.toml", "azure-llm-trace.toml",
+    assert {"servlens-loadgen.toml", "vllm-bench.toml", "mooncake-trace.toml", "azure-llm-trace.toml",
             "burstgpt-trace.toml"} <= set(names)
-    assert {p.name for p in builtin_profiles()} >= {"openai-client-log", "vllm-bench", "mooncake-trace",
+    assert {p.name for p in builtin_profiles()} >= {"servlens-loadgen", "vllm-bench", "mooncake-trace",
                                                      "azure-llm-trace", "burstgpt-trace"}
 
 
@@ -582,13 +582,13 @@ def test_prefix_key_with_many_messages_and_either_path(con, tmp_path, keep_text)
 
 
 def test_lines_numbered_by_insert_order_after_other_sources_and_a_replace(con, tmp_path):
-    # openai-client-log numbers its lines by insert order (row_number() would keep DuckDB on one thread): the
+    # servlens-loadgen numbers its lines by insert order (row_number() would keep DuckDB on one thread): the
     # numbers must not depend on the rows already in the store, nor on the rows a replaced source left behind.
     from servlens.ingest.compiler import CompileOptions, can_number_by_insert_order
     from servlens.ingest.profiles import get_profile
 
     options = CompileOptions(path=tmp_path / "x.jsonl")
-    assert can_number_by_insert_order(get_profile("openai-client-log"), options)
+    assert can_number_by_insert_order(get_profile("servlens-loadgen"), options)
     assert can_number_by_insert_order(get_profile("litellm-slp"), options)  # its windows run after the insert
     assert not can_number_by_insert_order(get_profile("otel-genai-spans"), options)  # many rows a line
 
@@ -614,8 +614,8 @@ def test_lines_numbered_by_insert_order_after_other_sources_and_a_replace(con, t
 
 
 @pytest.mark.parametrize("source, fmt", [
-    (REAL / "llamacpp" / "requests.jsonl", "openai-client-log"),
-    (REAL / "vllm-cpu" / "requests.jsonl", "openai-client-log"),
+    (REAL / "llamacpp" / "requests.jsonl", "servlens-loadgen"),
+    (REAL / "vllm-cpu" / "requests.jsonl", "servlens-loadgen"),
     (Path(__file__).resolve().parents[1] / "data" / "gateways" / "litellm_slp_recorded.jsonl", "litellm-slp"),
 ])
 def test_insert_order_numbering_gives_the_same_rows_as_row_number(tmp_path, monkeypatch, source, fmt):

@@ -23,13 +23,13 @@ def one(con, sql, params=None):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# llama.cpp client log (openai-client-log)
+# llama.cpp client log (servlens-loadgen)
 
 
 def test_llamacpp_log_splits_into_its_runs_with_every_line(con, shared_data):
     report = ingest_inputs(con, [str(shared_data / REAL / "llamacpp" / "requests.jsonl")])
     source = report.sources[0]
-    assert source["format"] == "openai-client-log"
+    assert source["format"] == "servlens-loadgen"
     assert source["rows"] == 174 and source["bad_lines"] == 0
     assert report.runs == ["burst50", "fresh_cache", "fresh_nocache", "poisson", "prefix_cache", "prefix_nocache"]
     assert q(con, "SELECT run, count(*) FROM requests GROUP BY 1 ORDER BY 1") == [

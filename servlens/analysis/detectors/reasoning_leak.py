@@ -7,8 +7,10 @@ reasoning_present, reasoning_has_marker) with finish_reason and reasoning_tokens
   llama.cpp `--reasoning-format none|deepseek-legacy`;
 - truncated_thought_in_content: finish length, no reasoning, non-empty content, on a model that otherwise returns
   reasoning: a parser that sends a thought without its end tag to content (vLLM qwen3 parser before PR #35230);
-- answer_swallowed_into_reasoning: finish stop, empty content, reasoning present (deepseek_r1-style parser with
-  thinking disabled);
+- answer_swallowed_into_reasoning: finish stop, empty content, reasoning present without markers (deepseek_r1-style
+  parser with thinking disabled);
+- answer_inside_reasoning: finish stop, empty content, and reasoning that carries the markers: thought, end tag and
+  answer all went to the reasoning field (a streaming parser that decides by token ids and missed the end tag);
 - reasoning_missing: a thinking model (reasoning tokens reported, or a name in `thinking_models`) with no reasoning on
   any response while content is non-empty: the template puts `<think>` in the prompt and the parser needs the start tag;
 - stream_mode_disagreement: reasoning split on (nearly) every streamed response and missing on (nearly) every
@@ -38,9 +40,18 @@ PATTERNS = {
         "also seen in omlx, Rapid-MLX, lmdeploy)",
     ),
     "answer_swallowed_into_reasoning": (
-        "finish_reason = 'stop' AND content_empty = true AND reasoning_present = true",
+        "finish_reason = 'stop' AND content_empty = true AND reasoning_present = true "
+        "AND NOT coalesce(reasoning_has_marker, false)",
         "the answer swallowed into reasoning (content empty, finish stop)",
         "a deepseek_r1-style parser with thinking disabled (enable_thinking=false) puts the answer in reasoning",
+    ),
+    # The end tag is in the reasoning field, so the model did close its thought: the parser did not split there.
+    "answer_inside_reasoning": (
+        "finish_reason = 'stop' AND content_empty = true AND reasoning_has_marker = true",
+        "the answer inside the reasoning field with its markers (content empty, finish stop)",
+        "the streaming reasoning parser missed the end tag (vLLM's parsers split a stream by token ids: a </think> "
+        "that arrives as text, across deltas or spelled with ordinary tokens is not seen) and sent thought, tag and "
+        "answer to reasoning; use the parser that matches the model's tokenizer, or compare with stream=false",
     ),
     "stream_mode_disagreement": (
         "(set per scope)",
@@ -65,6 +76,7 @@ def detect(ctx: DetectorContext) -> dict:
                            count(*) FILTER (WHERE reasoning_tokens > 0) AS with_reasoning_tokens,
                            count(*) FILTER (WHERE content_has_reasoning_marker) AS with_markers,
                            count(*) FILTER (WHERE reasoning_has_marker) AS reasoning_with_markers,
+                           count(*) FILTER (WHERE reasoning_has_marker AND content_empty = false) AS markers_beside_answer,
                            count(*) FILTER (WHERE finish_reason = 'length') AS length_n,
                            count(*) FILTER (WHERE finish_reason IS NOT NULL) AS finish_known
                     FROM scope_requests""")
@@ -126,7 +138,8 @@ def detect(ctx: DetectorContext) -> dict:
     evidence = {"metrics": metrics, "thresholds": thresholds, "chart": the_chart,
                 "table": table(["pattern", "requests", "share", "with finish length", "likely cause"], rows)}
     if share < p["max_leak_share"] or leaking < p["min_leak_requests"]:
-        note = f"; {s['reasoning_with_markers']} reasoning fields still carry their tags (cosmetic)" if s["reasoning_with_markers"] else ""
+        note = (f"; {s['markers_beside_answer']} reasoning fields still carry their tags beside the answer (cosmetic)"
+                if s["markers_beside_answer"] else "")
         return {"state": "clear",
                 "summary": f"No reasoning leakage: {leaking} of {known} responses ({pct(share, 2)}) show a leak pattern "
                            f"(line: {pct(p['max_leak_share'], 2)} and at least {p['min_leak_requests']}){note}.",
