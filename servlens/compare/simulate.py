@@ -140,6 +140,9 @@ def _tally(docs: list[dict], gate_id: str = "ttft_p99") -> dict:
         verdicts = [pick(d) for d in docs]
         out[key] = {v: round(verdicts.count(v) / len(docs), 3) for v in ("pass", "fail", "inconclusive")}
     out["any_gate_fail"] = round(sum(any(g["verdict"] == "fail" for g in d["gates"]) for d in docs) / len(docs), 3)
+    # how often the gate's Holm interval excluded no change: in an A/A, the intervals' own false-alarm rate
+    out[f"{gate_id}_significant"] = round(sum(bool(next(g for g in d["gates"] if g["id"] == gate_id).get(
+        "significant")) for d in docs) / len(docs), 3)
     return out
 
 

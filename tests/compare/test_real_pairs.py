@@ -116,3 +116,15 @@ def test_the_cli_exit_codes_on_recorded_runs(cli_runner):
     result = cli_runner.invoke(cli, ["compare", "sample_logs/steady-a", "sample_logs/steady-b"],
                                catch_exceptions=False)
     assert result.exit_code in (0, 3), result.output
+
+
+def test_the_canary_policy_passes_the_cache_coming_back(con):
+    """The README's pass: prefix cache off → on, 40 a side, under docs/canary-policy.toml (×2 and +10 points)."""
+    from servlens.compare.policy import load_policy
+
+    policy = load_policy("docs/canary-policy.toml")
+    doc = compare_runs(con, "prefix-cache-off", "prefix-cache-on", policy, seed=1)
+    assert exit_code(doc) == 0, doc["reason"]
+    assert doc["reason"] == "All 2 critical gates pass."
+    back = compare_runs(con, "prefix-cache-on", "prefix-cache-off", policy, seed=1)
+    assert exit_code(back) == 1
