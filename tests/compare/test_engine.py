@@ -325,3 +325,71 @@ def test_gate_chart_stays_bounded_and_keeps_the_tail():
     # every level the gates judge is within one level step of a drawn point
     for q, step in ((0.5, 0.01), (0.9, 0.005), (0.99, 0.0005), (0.999, 0.0001)):
         assert min(abs(v - q) for v in y) <= step, q
+
+
+def test_zero_to_seventeen_percent_errors_at_fifty_a_side_fails(con):
+    """Rates have no size floor: 0/50 → 9/50 failures spread over the run is decisive under Holm (exact intervals);
+    the same failures in one burst widen the interval (batch-means design effect) and no longer decide."""
+    def run(label, failed):
+        status = np.full(50, "ok", dtype=object)
+        status[failed] = "error"
+        insert_requests(con, label, {"model": np.full(50, "m", dtype=object), "prompt_tokens": np.full(50, 300),
+                                     "status": status, "t_arrival": arrivals(50)})
+    run("before", [])
+    run("spread", np.linspace(2, 47, 9).astype(int))
+    run("burst", np.arange(20, 29))
+    doc = compare_runs(con, "before", "spread", FAST, seed=1)
+    err = gate(doc, "error_rate_rate")
+    assert (err["events_before"], err["events_after"]) == (0, 9)
+    assert err["verdict"] == "fail" and err["p_value_holm"] <= 0.05
+    assert exit_code(doc) == 1
+    clustered = gate(compare_runs(con, "before", "burst", FAST, seed=1), "error_rate_rate")
+    assert clustered["design_effect"]["after"] > 2
+    assert clustered["change_low"] < err["change_low"]
+
+
+def test_a_sub_millisecond_change_cannot_fail(con):
+    """min_change_ms: a queue p50 that doubles from 0.9 µs to 1.8 µs is significant and beyond tolerance, but moved
+    far less than the 5 ms floor, so it is inconclusive, not a failure."""
+    policy = Policy(gates=(Gate("queue", "p50", 0.10),))
+    rng = np.random.default_rng(1)
+    for label, scale in (("before", 0.9e-6), ("after", 1.8e-6)):
+        insert_requests(con, label, {"model": np.full(2000, "m", dtype=object),
+                                     "prompt_tokens": np.full(2000, 300), "status": np.full(2000, "ok", dtype=object),
+                                     "queue_s": scale * np.exp(rng.normal(0, 0.3, 2000)), "t_arrival": arrivals(2000)})
+    doc = compare_runs(con, "before", "after", policy, seed=1)
+    q = gate(doc, "queue_p50")
+    assert q["significant"] and q["change"] > 0.5
+    assert q["verdict"] == "inconclusive"
+    assert q["reason"].startswith("the change is significant and beyond the tolerance, but the quantile moved only")
+    assert doc["verdict"] != "fail"
+
+
+def test_advisory_gates_are_reported_but_never_fail(con):
+    policy = Policy(gates=(Gate("ttft", "p50", 0.10, advisory=True), Gate("ttft", "p99", 0.10, critical=True)))
+    add_run(con, "before", 3000, 1)
+    add_run(con, "after", 3000, 2, ttft_scale=1.3)
+    doc = compare_runs(con, "before", "after", policy, seed=1)
+    p50 = gate(doc, "ttft_p50")
+    assert p50["verdict"] == "fail" and p50["advisory"]
+    assert p50["rollback_criterion"].startswith("note: TTFT p50")
+    assert p50["rollback_criterion"].endswith("(advisory gate: reported, does not fail the release)")
+    assert doc["reason"].startswith("1 gate failed: roll back: TTFT p99")
+
+
+def test_the_headline_is_covariate_adjusted_with_mix_adjusted_and_naive_beside(con):
+    add_run(con, "before", 3000, 1)
+    add_run(con, "after", 3000, 2, ttft_scale=1.3)
+    doc = compare_runs(con, "before", "after", FAST, seed=1)
+    p99 = gate(doc, "ttft_p99")
+    adj = p99["adjustment"]
+    assert adj["headline"] == "covariate-adjusted" and adj["covariates"] == ["log prompt tokens"]
+    (model,) = adj["models"]
+    assert model["slopes"][0] == pytest.approx(0.63, abs=0.05) and model["r2"] > 0.4
+    assert p99["mix_adjusted"]["ratio"] > 1.1 and p99["naive"]["ratio"] > 1.1
+    assert p99["distribution_test"]["name"] == "Anderson–Darling k-sample"
+    chart = p99["residual_chart"]
+    assert chart["type"] == "scatter" and [s["name"] for s in chart["series"]] == ["before", "after"]
+    assert all(len(s["x"]) == len(s["y"]) == 300 for s in chart["series"])
+    e2e = gate(doc, "e2e_p99")["adjustment"]
+    assert e2e["covariates"] == ["log prompt tokens", "log completion tokens"]
