@@ -13,7 +13,8 @@ import duckdb
 import numpy as np
 
 from servlens.compare.policy import LATENCY_METRICS
-from servlens.compare.stats import Side, batch_sql, bin_sql, within_slopes
+from servlens.compare.stats import (MAX_BATCHES, MIN_BATCHES, REQUESTS_PER_BATCH, Side, bin_sql,
+                                    within_slopes)
 
 UNKNOWN_BAND = -99   # a NULL token count: its own band, labelled "unknown"
 NO_MODEL = "(no model)"
@@ -128,9 +129,32 @@ def _cohort_table(con, keys, aggregated_sql: str, params) -> list[tuple]:
     return [tuple(r) for r in rows]
 
 
-def _order_sql() -> str:
-    """Time order for the batches; without arrival times, the order the rows were stored in (rowid breaks ties)."""
-    return "t_arrival NULLS LAST, source_id, source_line, requests.rowid"
+_ORDER_KEY = "(epoch_us(t_arrival)::HUGEINT * 1099511627776 + requests.rowid)"   # arrival, ties: stored order
+
+
+def _batch_case(con, before: str, after: str, where: str, params: dict, join: str = "") -> str:
+    """SQL for the time batch of each row selected by `where`: 10–50 consecutive batches of about equal size per
+    run (about 5 requests a batch in between, stats.MAX_BATCHES …), in arrival order with ties (a burst sent at
+    once) broken by stored order; stored order alone when some arrival times are unknown.
+
+    The cut points are the run's quantiles of the order key over the selected rows (one aggregate, no row
+    numbering), so the query that uses them only compares each row's key with constants.
+    """
+    cases = []
+    for run in (before, after):
+        n, timed = con.execute(f"SELECT count(*), count(t_arrival) FROM requests {join} WHERE ({where}) "
+                               f"AND run = $run", {**params, "run": run}).fetchone()
+        batches = min(MAX_BATCHES, max(min(n, MIN_BATCHES), n // REQUESTS_PER_BATCH)) if n else 1
+        key = _ORDER_KEY if n and timed == n else "requests.rowid"
+        cuts = []
+        if batches > 1:
+            levels = [k / batches for k in range(1, batches)]
+            cuts = con.execute(f"SELECT quantile_disc({key}, {levels}) FROM requests {join} WHERE ({where}) "
+                               f"AND run = $run", {**params, "run": run}).fetchone()[0]
+        steps = " ".join(f"WHEN {key} < {int(c)}::HUGEINT THEN {i}" for i, c in enumerate(cuts))
+        inner = f"CASE {steps} ELSE {len(cuts)} END" if cuts else "0"
+        cases.append(f"WHEN run = '{run.replace(chr(39), chr(39) * 2)}' THEN ({inner})")
+    return f"(CASE {' '.join(cases)} END)"
 
 
 def _latency_where(column: str) -> str:
@@ -201,14 +225,12 @@ def latency_histograms(con: duckdb.DuckDBPyConnection, before: str, after: str, 
         value = f"exp(ln({column}) - ({shift}))"
         join = f"JOIN _servlens_cmp_fit f ON f.m = coalesce(requests.model, '{NO_MODEL}')"
         where += f" AND {column} > 0 AND " + " AND ".join(f"{c} IS NOT NULL AND {c} > 0" for c in fit.covariates)
+    batch = _batch_case(con, before, after, where, params, join)
     agg = f"""
         WITH base AS (
-            SELECT CASE WHEN run = $before THEN 0 ELSE 1 END AS side, {select_bands}{value} AS v,
-                   row_number() OVER (PARTITION BY run ORDER BY {_order_sql()}) AS pos,
-                   count(*) OVER (PARTITION BY run) AS side_n
+            SELECT CASE WHEN run = $before THEN 0 ELSE 1 END AS side, {select_bands}{value} AS v, {batch} AS batch
             FROM requests {join} WHERE {where})
-        SELECT side, {', '.join(keys) + ', ' if keys else ''}{batch_sql('side_n', 'pos')} AS batch,
-               {bin_sql('v')} AS bin, count(*) AS n
+        SELECT side, {', '.join(keys) + ', ' if keys else ''}batch, {bin_sql('v')} AS bin, count(*) AS n
         FROM base GROUP BY ALL"""
     con.execute(f"CREATE OR REPLACE TEMP TABLE _servlens_cmp_hist AS {agg}", params)
     if fit is not None:
@@ -398,14 +420,14 @@ def rate_counts(con: duckdb.DuckDBPyConnection, before: str, after: str, metric:
     denominator, event = RATE_SQL[metric]
     bands = ", ".join(f"{_BAND_SQL[k]} AS {k}" for k in keys)
     select_bands = (bands + ", ") if bands else ""
+    where = f"run IN ($before, $after) AND ({denominator})"
+    batch = _batch_case(con, before, after, where, {"before": before, "after": after})
     rows_sql = f"""
         WITH base AS (
             SELECT {select_bands}CASE WHEN run = $before THEN 0 ELSE 1 END AS side, coalesce({event}, false) AS hit,
-                   row_number() OVER (PARTITION BY run ORDER BY {_order_sql()}) AS pos,
-                   count(*) OVER (PARTITION BY run) AS side_n
+                   {batch} AS batch
             FROM requests WHERE run IN ($before, $after) AND ({denominator}))
-        SELECT {', '.join(keys) + ', ' if keys else ''}side, {batch_sql('side_n', 'pos')} AS batch,
-               count(*) AS n, count(*) FILTER (WHERE hit) AS x
+        SELECT {', '.join(keys) + ', ' if keys else ''}side, batch, count(*) AS n, count(*) FILTER (WHERE hit) AS x
         FROM base GROUP BY ALL ORDER BY ALL"""
     result = con.execute(rows_sql, {"before": before, "after": after}).fetchall()
     cohort_index: dict[tuple, int] = {}

@@ -29,21 +29,17 @@ ZERO_BIN = -(10**6)          # values <= 0 (a latency of exactly zero) get their
 BINNING_ERROR = (BIN_RATIO**0.5 - 1)   # relative error of one quantile read from the histogram (≈ 0.25%)
 # Batches per run: at most 50 (long batches keep the correlation inside them), at least 10 (t with 9 df), and
 # about 5 requests a batch in between; a run of fewer than 10 requests has one request a batch.
+# Batches are consecutive in arrival order and of about equal size (cohorts._batch_case).
 MAX_BATCHES, MIN_BATCHES, REQUESTS_PER_BATCH = 50, 10, 5
 TAIL_OBSERVATIONS = 10       # a quantile is judged only with at least this many requests beyond it on each side
-POWER_Z = _NORMAL.inv_cdf(0.8)   # minimum detectable effect: the change detected 80% of the time
+POWER_Z = _NORMAL.inv_cdf(0.8)
+AD_MAX_PER_SIDE = 50_000   # minimum detectable effect: the change detected 80% of the time
 
 
 def bin_sql(column: str) -> str:
     """DuckDB expression for a value's bin id (the SQL half of the binning contract above)."""
     return (f"CASE WHEN {column} <= 0 THEN {ZERO_BIN} "
             f"ELSE CAST(floor(ln({column}) / {LOG_BIN!r}) AS BIGINT) END")
-
-
-def batch_sql(count: str, position: str) -> str:
-    """DuckDB expression for a request's batch (0-based) from its side's request count and its 1-based position."""
-    batches = f"least({MAX_BATCHES}, greatest(least({count}, {MIN_BATCHES}), {count} // {REQUESTS_PER_BATCH}))"
-    return f"CAST(floor(({position} - 1) * {batches} / {count}) AS INTEGER)"
 
 
 def bin_values(bins: np.ndarray) -> np.ndarray:
@@ -203,12 +199,19 @@ def anderson_darling(before: np.ndarray, after: np.ndarray, values: np.ndarray) 
     """Anderson–Darling k-sample test (midrank, ties = bins) of two pooled histograms on a common bin grid.
 
     Context only ("the distribution changed"), never a gate: it assumes independent requests, and it reacts to any
-    difference in shape, including ones no gate's quantile sees.
+    difference in shape, including ones no gate's quantile sees. Above AD_MAX_PER_SIDE requests a side the
+    histograms are scaled down to that size first (same shape, fewer requests: a less sensitive screen, and a
+    bounded cost).
     """
     import warnings
 
     if before.sum() < 2 or after.sum() < 2:
         return None
+    for name in ("before", "after"):
+        counts = before if name == "before" else after
+        if counts.sum() > AD_MAX_PER_SIDE:
+            scaled = np.round(counts * (AD_MAX_PER_SIDE / counts.sum()))
+            before, after = (scaled, after) if name == "before" else (before, scaled)
     a = np.repeat(values, before.astype(np.int64))
     b = np.repeat(values, after.astype(np.int64))
     if np.unique(np.r_[a, b]).size < 2:
