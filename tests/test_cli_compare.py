@@ -53,7 +53,7 @@ def test_exit_codes_pass_fail_inconclusive(cli_runner, store_path):
 
     result = invoke(cli_runner, ["compare", "--db", store_path, "--before", "prod", "--after", "canary-slow"])
     assert result.exit_code == 1
-    assert "roll back: TTFT p99 (mix-adjusted over" in result.output
+    assert "roll back: TTFT p99 (covariate-adjusted over" in result.output
 
     result = invoke(cli_runner, ["compare", "--db", store_path, "--before", "prod", "--after", "tiny"])
     assert result.exit_code == 3
@@ -135,7 +135,10 @@ def test_files_are_ingested_on_the_fly(cli_runner):
     assert doc["before"]["requests"] == doc["after"]["requests"] == 174
     assert doc["before"]["sources"][0]["path"].endswith("llamacpp/requests.jsonl")
     p99 = next(g for g in doc["gates"] if g["id"] == "ttft_p99")
-    assert p99["verdict"] == "inconclusive" and "too few requests for TTFT p99" in p99["reason"]
+    # the same requests on both sides: judged at the highest supported quantile, no change, not yet shown within
+    assert p99["judged_at"] == "p90" and p99["change"] == 0.0
+    assert p99["verdict"] == "inconclusive" and p99["reason"] == "the one-sided bound reaches beyond the +10% tolerance"
+    assert not [g for g in doc["gates"] if g["verdict"] == "fail"]
 
 
 def test_a_missing_path_is_an_input_error(cli_runner):

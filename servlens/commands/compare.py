@@ -30,7 +30,7 @@ from servlens.errors import ConfigError, InputError
 @click.option("--templates", "templates_dir", type=click.Path(file_okay=False), default=None,
               help="With --format html: a folder of templates that replace the built-in ones of the same name.")
 @output_options
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap (results repeat exactly).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the points sampled for the covariate chart (results repeat exactly).")
 @click.pass_context
 def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from_format, templates_dir,
             output_format, out, seed):
@@ -52,7 +52,7 @@ def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from
 
     fmt = pick_format(output_format, out)
     if fmt == "html" and templates_dir is not None and not Path(templates_dir).is_dir():
-        # Before any ingest or bootstrap: a mistyped folder should not cost the whole comparison.
+        # Before any ingest or statistics: a mistyped folder should not cost the whole comparison.
         raise ConfigError(f"Template folder '{templates_dir}' does not exist", "Pass --templates a folder of .html files")
     policy = load_policy(policy_path)
     if by is not None:

@@ -13,7 +13,8 @@ import duckdb
 import numpy as np
 
 from servlens.compare.policy import LATENCY_METRICS
-from servlens.compare.stats import bin_sql
+from servlens.compare.stats import (MAX_BATCHES, MIN_BATCHES, REQUESTS_PER_BATCH, Side, bin_sql,
+                                    within_slopes)
 
 UNKNOWN_BAND = -99   # a NULL token count: its own band, labelled "unknown"
 NO_MODEL = "(no model)"
@@ -61,12 +62,13 @@ def cohort_label(keys: tuple[str, ...], values: tuple) -> str:
 
 @dataclass
 class Histograms:
-    """Two runs' latency histograms over the same cohorts and bins."""
+    """Two runs' latency histograms over the same cohorts and bins, dense and per time batch."""
 
     keys: tuple[str, ...]
     cohorts: list[tuple]          # band values per cohort, in cohort-id order
     bins: np.ndarray              # (bins,) sorted bin ids
     counts: np.ndarray            # (2, cohorts, bins): side 0 = before, 1 = after
+    cells: tuple = ()             # per side: (batch, cohort, column, n) arrays, the batch-means input
 
     @property
     def labels(self) -> list[str]:
@@ -75,6 +77,19 @@ class Histograms:
     def n(self) -> np.ndarray:
         return self.counts.sum(axis=2)   # (2, cohorts)
 
+    def side(self, s: int, group: np.ndarray | None = None, groups: int = 0) -> Side:
+        """Side s as stats.Side; with `group` (cohort -> merged cohort or -1), cohorts summed into groups."""
+        batch, cohort, column, n = self.cells[s]
+        counts = self.counts[s]
+        if group is not None:
+            merged = np.zeros((groups, counts.shape[1]), dtype=np.int64)
+            keep = group >= 0
+            np.add.at(merged, group[keep], counts[keep])
+            counts = merged
+            mask = group[cohort] >= 0
+            batch, cohort, column, n = batch[mask], group[cohort[mask]], column[mask], n[mask]
+        return Side(counts=counts, batch=batch, cohort=cohort, column=column, n=n.astype(np.float64))
+
 
 @dataclass
 class RateCounts:
@@ -82,10 +97,29 @@ class RateCounts:
     cohorts: list[tuple]
     totals: np.ndarray            # (2, cohorts) denominators
     events: np.ndarray            # (2, cohorts)
+    batch_totals: np.ndarray | None = None   # (2, batches, cohorts)
+    batch_events: np.ndarray | None = None
 
     @property
     def labels(self) -> list[str]:
         return [cohort_label(self.keys, c) for c in self.cohorts]
+
+
+@dataclass
+class CovariateFit:
+    """Per model: slopes of log latency on log token counts, pooled within both runs."""
+
+    covariates: tuple[str, ...]              # canonical columns (prompt_tokens, completion_tokens)
+    models: dict                              # model -> {"beta", "r2", "centre" (before run's mean log x), "n"}
+    known_share: tuple[float, float]          # share of each side's rows with every covariate known
+
+    @property
+    def usable(self) -> bool:
+        return min(self.known_share) >= COVARIATE_MIN_SHARE and any(
+            np.any(m["beta"] != 0) for m in self.models.values())
+
+
+COVARIATE_MIN_SHARE = 0.9   # the adjusted headline needs the covariates on at least 90% of each run's rows
 
 
 def _cohort_table(con, keys, aggregated_sql: str, params) -> list[tuple]:
@@ -95,66 +129,320 @@ def _cohort_table(con, keys, aggregated_sql: str, params) -> list[tuple]:
     return [tuple(r) for r in rows]
 
 
+_ORDER_KEY = "(epoch_us(t_arrival)::HUGEINT * 1099511627776 + requests.rowid)"   # arrival, ties: stored order
+
+
+def _batch_case(con, before: str, after: str, where: str, params: dict, join: str = "") -> str:
+    """SQL for the time batch of each row selected by `where`: 10–50 consecutive batches of about equal size per
+    run (about 5 requests a batch in between, stats.MAX_BATCHES …), in arrival order with ties (a burst sent at
+    once) broken by stored order; stored order alone when some arrival times are unknown.
+
+    The cut points are the run's quantiles of the order key over the selected rows (one aggregate, no row
+    numbering), so the query that uses them only compares each row's key with constants.
+    """
+    cases = []
+    for run in (before, after):
+        n, timed = con.execute(f"SELECT count(*), count(t_arrival) FROM requests {join} WHERE ({where}) "
+                               f"AND run = $run", {**params, "run": run}).fetchone()
+        batches = min(MAX_BATCHES, max(min(n, MIN_BATCHES), n // REQUESTS_PER_BATCH)) if n else 1
+        key = _ORDER_KEY if n and timed == n else "requests.rowid"
+        cuts = []
+        if batches > 1:
+            levels = [k / batches for k in range(1, batches)]
+            cuts = con.execute(f"SELECT quantile_disc({key}, {levels}) FROM requests {join} WHERE ({where}) "
+                               f"AND run = $run", {**params, "run": run}).fetchone()[0]
+        steps = " ".join(f"WHEN {key} < {int(c)}::HUGEINT THEN {i}" for i, c in enumerate(cuts))
+        inner = f"CASE {steps} ELSE {len(cuts)} END" if cuts else "0"
+        cases.append(f"WHEN run = '{run.replace(chr(39), chr(39) * 2)}' THEN ({inner})")
+    return f"(CASE {' '.join(cases)} END)"
+
+
+def _latency_where(column: str) -> str:
+    return (f"run IN ($before, $after) AND {column} IS NOT NULL AND isfinite({column}) "
+            "AND status IS DISTINCT FROM 'error'")
+
+
+def fit_covariates(con, before: str, after: str, metric: str, covariates: tuple[str, ...]) -> CovariateFit:
+    """Regress log latency on log covariates per model, each run with its own intercept (one DuckDB pass)."""
+    column = LATENCY_METRICS[metric][0]
+    known = " AND ".join(f"{c} IS NOT NULL AND {c} > 0" for c in covariates)
+    xs = [f"ln({c})" for c in covariates]
+    k = len(xs)
+    sums = [f"sum({x})" for x in xs] + [f"sum({xs[i]} * {xs[j]})" for i in range(k) for j in range(k)]
+    sums += [f"sum({x} * ln({column}))" for x in xs]
+    rows = con.execute(f"""
+        SELECT coalesce(model, '{NO_MODEL}') AS m, CASE WHEN run = $before THEN 0 ELSE 1 END AS side,
+               count(*) FILTER (WHERE {known} AND {column} > 0) AS n_known, count(*) AS n_all,
+               {', '.join(f"coalesce({s} FILTER (WHERE {known} AND {column} > 0), 0)" for s in sums)},
+               coalesce(sum(ln({column})) FILTER (WHERE {known} AND {column} > 0), 0),
+               coalesce(sum(ln({column}) * ln({column})) FILTER (WHERE {known} AND {column} > 0), 0)
+        FROM requests WHERE {_latency_where(column)} GROUP BY ALL""", {"before": before, "after": after}).fetchall()
+    per_model: dict = {}
+    known_n, all_n = [0, 0], [0, 0]
+    for row in rows:
+        model, side, n_known, n_all = row[:4]
+        values = np.asarray(row[4:], dtype=np.float64)
+        known_n[side] += n_known
+        all_n[side] += n_all
+        x = values[:k]
+        xx = values[k:k + k * k].reshape(k, k)
+        xy = values[k + k * k:k + k * k + k]
+        y, yy = values[-2], values[-1]
+        per_model.setdefault(model, {})[side] = {"n": n_known, "x": x, "y": y, "xx": xx, "xy": xy, "yy": yy}
+    models = {}
+    for model, by_side in per_model.items():
+        beta, r2 = within_slopes(by_side)
+        ref = by_side.get(0) or by_side.get(1)
+        centre = ref["x"] / ref["n"] if ref["n"] else np.zeros(k)
+        models[model] = {"beta": beta, "r2": r2, "centre": centre,
+                         "n": [by_side.get(s, {"n": 0})["n"] for s in (0, 1)]}
+    share = tuple(known_n[s] / all_n[s] if all_n[s] else 0.0 for s in (0, 1))
+    return CovariateFit(tuple(covariates), models, share)
+
+
 def latency_histograms(con: duckdb.DuckDBPyConnection, before: str, after: str, metric: str,
-                       keys: tuple[str, ...]) -> Histograms:
-    """Per side × cohort × bin counts of a latency metric (successful requests, value known and finite)."""
+                       keys: tuple[str, ...], fit: CovariateFit | None = None) -> Histograms:
+    """Per side × time batch × cohort × bin counts of a latency metric (successful requests, value known and finite).
+
+    With `fit`, the value binned is the covariate-adjusted latency exp(ln y − β·(ln x − x̄)), x̄ the before run's
+    mean log covariate of the model: the latency each request would have had at the before run's typical lengths.
+    Only rows with every covariate known enter then.
+    """
     column = LATENCY_METRICS[metric][0]
     bands = ", ".join(f"{_BAND_SQL[k]} AS {k}" for k in keys)
     select_bands = (bands + ", ") if bands else ""
-    agg = f"""
-        SELECT CASE WHEN run = $before THEN 0 ELSE 1 END AS side, {select_bands}{bin_sql(column)} AS bin,
-               count(*) AS n
-        FROM requests
-        WHERE run IN ($before, $after) AND {column} IS NOT NULL AND isfinite({column})
-          AND status IS DISTINCT FROM 'error'
-        GROUP BY ALL"""
     params = {"before": before, "after": after}
+    value, join, where = column, "", _latency_where(column)
+    if fit is not None:
+        rows = [(m, *[float(b) for b in f["beta"]], *[float(c) for c in f["centre"]]) for m, f in fit.models.items()]
+        k = len(fit.covariates)
+        names = [f"b{j}" for j in range(k)] + [f"c{j}" for j in range(k)]
+        frame = {"m": np.array([r[0] for r in rows], dtype=object)}
+        for j, name in enumerate(names):
+            frame[name] = np.array([r[1 + j] for r in rows], dtype=np.float64)
+        con.register("_servlens_cmp_fit", frame)
+        shift = " + ".join(f"f.b{j} * (ln({c}) - f.c{j})" for j, c in enumerate(fit.covariates))
+        value = f"exp(ln({column}) - ({shift}))"
+        join = f"JOIN _servlens_cmp_fit f ON f.m = coalesce(requests.model, '{NO_MODEL}')"
+        where += f" AND {column} > 0 AND " + " AND ".join(f"{c} IS NOT NULL AND {c} > 0" for c in fit.covariates)
+    batch = _batch_case(con, before, after, where, params, join)
+    agg = f"""
+        WITH base AS (
+            SELECT CASE WHEN run = $before THEN 0 ELSE 1 END AS side, {select_bands}{value} AS v, {batch} AS batch
+            FROM requests {join} WHERE {where})
+        SELECT side, {', '.join(keys) + ', ' if keys else ''}batch, {bin_sql('v')} AS bin, count(*) AS n
+        FROM base GROUP BY ALL"""
     con.execute(f"CREATE OR REPLACE TEMP TABLE _servlens_cmp_hist AS {agg}", params)
+    if fit is not None:
+        con.unregister("_servlens_cmp_fit")
     cohorts = _cohort_table(con, keys, "SELECT * FROM _servlens_cmp_hist", {})
     if keys:
         con.execute(f"""CREATE OR REPLACE TEMP TABLE _servlens_cmp_cohort AS
             SELECT {', '.join(keys)}, (row_number() OVER (ORDER BY {', '.join(keys)}) - 1)::INTEGER AS cohort_id
             FROM (SELECT DISTINCT {', '.join(keys)} FROM _servlens_cmp_hist)""")
-        data = con.execute(f"""SELECT c.cohort_id, h.side, h.bin, h.n FROM _servlens_cmp_hist h
+        data = con.execute(f"""SELECT c.cohort_id, h.side, h.batch, h.bin, h.n FROM _servlens_cmp_hist h
             JOIN _servlens_cmp_cohort c USING ({', '.join(keys)})""").fetchnumpy()
     else:
-        data = con.execute("SELECT 0 AS cohort_id, side, bin, n FROM _servlens_cmp_hist").fetchnumpy()
+        data = con.execute("SELECT 0 AS cohort_id, side, batch, bin, n FROM _servlens_cmp_hist").fetchnumpy()
     con.execute("DROP TABLE IF EXISTS _servlens_cmp_hist")
     con.execute("DROP TABLE IF EXISTS _servlens_cmp_cohort")
     if len(data["bin"]) == 0:
-        return Histograms(keys, [], np.zeros(0, dtype=np.int64), np.zeros((2, 0, 0), dtype=np.int64))
+        empty = (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0),)
+        return Histograms(keys, [], np.zeros(0, dtype=np.int64), np.zeros((2, 0, 0), dtype=np.int64),
+                          (empty, empty))
     bins, column_of = np.unique(np.asarray(data["bin"], dtype=np.int64), return_inverse=True)
+    side = np.asarray(data["side"], dtype=np.int64)
+    cohort = np.asarray(data["cohort_id"], dtype=np.int64)
+    batch = np.asarray(data["batch"], dtype=np.int64)
+    n = np.asarray(data["n"], dtype=np.int64)
     counts = np.zeros((2, len(cohorts), len(bins)), dtype=np.int64)
-    np.add.at(counts, (np.asarray(data["side"], dtype=np.int64), np.asarray(data["cohort_id"], dtype=np.int64),
-                       column_of), np.asarray(data["n"], dtype=np.int64))
-    return Histograms(keys, cohorts, bins, counts)
+    np.add.at(counts, (side, cohort, column_of), n)
+    cells = tuple((batch[side == s], cohort[side == s], column_of[side == s], n[side == s]) for s in (0, 1))
+    return Histograms(keys, cohorts, bins, counts, cells)
+
+
+def scatter_sample(con, before: str, after: str, metric: str, covariate: str, per_side: int = 300,
+                   seed: int = 0) -> dict:
+    """Up to `per_side` (log covariate, log latency) points per run, for the residual check chart."""
+    column = LATENCY_METRICS[metric][0]
+    out = {}
+    for s, run in ((0, before), (1, after)):
+        rows = con.execute(f"""
+            SELECT ln({covariate}), ln({column}) FROM requests
+            WHERE run = ? AND {column} > 0 AND isfinite({column}) AND status IS DISTINCT FROM 'error'
+              AND {covariate} > 0
+            ORDER BY hash(coalesce(request_id, '') || source_line::VARCHAR || ?::VARCHAR) LIMIT {int(per_side)}""",
+                           [run, str(seed)]).fetchall()
+        out[s] = ([r[0] for r in rows], [r[1] for r in rows])
+    return out
+
+
+# --------------------------------------------------------------------------------------------- merging bands
+
+
+BAND_KEYS = ("prompt_band", "output_band")
+
+
+@dataclass
+class Merge:
+    """Cohorts after merging adjacent bands: cohort -> group (−1: not compared), group labels, what was merged."""
+
+    group: np.ndarray
+    labels: list[str]
+    merged: list[str]          # sentences: which bands were merged, or dropped
+
+    @property
+    def groups(self) -> int:
+        return len(self.labels)
+
+
+def merge_bands(keys: tuple[str, ...], cohorts: list[tuple], n: np.ndarray, minimum: int) -> Merge:
+    """Merge adjacent log2 bands until every cohort has `minimum` requests on both sides.
+
+    Within each combination of the other keys (model, …), adjacent bands of the last band key are merged, smallest
+    first, into its smaller neighbour; if a group still falls short, that band key is dropped for the combination
+    and the previous band key is merged the same way. A combination short even with every band dropped is not
+    compared. The 'unknown length' band is never merged with known lengths.
+    """
+    band_pos = [i for i, k in enumerate(keys) if k in BAND_KEYS]
+    ident_pos = [i for i, k in enumerate(keys) if k not in BAND_KEYS]
+    group = np.full(len(cohorts), -1, dtype=np.int64)
+    labels: list[str] = []
+    merged: list[str] = []
+    by_ident: dict[tuple, list[int]] = {}
+    for c, values in enumerate(cohorts):
+        by_ident.setdefault(tuple(values[i] for i in ident_pos), []).append(c)
+    for ident, members in by_ident.items():
+        ident_text = " / ".join(str(v) for v in ident)
+        for depth in range(len(band_pos), -1, -1):
+            active = band_pos[:depth]
+            plan = _plan(cohorts, members, active, n, minimum)
+            if plan is not None or depth == 0:
+                break
+        if plan is None:      # even all bands together: not compared
+            continue
+        for segments, outer in plan:
+            for seg in segments:
+                gid = len(labels)
+                for c in seg:
+                    group[c] = gid
+                parts = [str(v) for v in ident]
+                for i in active[:-1] if active else []:
+                    parts.append(band_label(keys[i], cohorts[seg[0]][i]))
+                if active:
+                    i = active[-1]
+                    bands = sorted({cohorts[c][i] for c in seg})
+                    parts.append(_range_label(keys[i], bands))
+                labels.append(" / ".join(parts) or "all requests")
+                if active and len({cohorts[c][active[-1]] for c in seg}) > 1:
+                    merged.append(f"{labels[-1]}: {len({cohorts[c][active[-1]] for c in seg})} "
+                                  f"{keys[active[-1]].replace('_', ' ')}s merged")
+        dropped = [keys[i] for i in band_pos[len(active):]]
+        if dropped:
+            merged.append(f"{ident_text or 'all requests'}: too few requests per band, so "
+                          f"{' and '.join(d.replace('_', ' ') for d in dropped)} dropped")
+    return Merge(group, labels, merged)
+
+
+def _plan(cohorts, members, active, n, minimum):
+    """Segments per outer combination when merging along active[-1], or None when one stays short."""
+    if not active:
+        return [([members], ())] if _enough(members, n, minimum) else None
+    last = active[-1]
+    outer: dict[tuple, dict] = {}
+    for c in members:
+        key = tuple(cohorts[c][i] for i in active[:-1])
+        outer.setdefault(key, {}).setdefault(cohorts[c][last], []).append(c)
+    plan = []
+    for key, by_band in outer.items():
+        segments: list[list[int]] = []
+        known = sorted(b for b in by_band if b != UNKNOWN_BAND)
+        runs = [[c for c in by_band[b]] for b in known]
+        runs = _merge_adjacent(runs, n, minimum)
+        if runs is None:
+            return None
+        segments.extend(runs)
+        if UNKNOWN_BAND in by_band:
+            seg = by_band[UNKNOWN_BAND]
+            if _enough(seg, n, minimum):
+                segments.append(seg)
+        plan.append((segments, key))
+    return plan
+
+
+def _merge_adjacent(runs: list[list[int]], n: np.ndarray, minimum: int):
+    if not runs:
+        return []
+    runs = [list(r) for r in runs]
+    while len(runs) > 1:
+        short = [i for i in range(len(runs)) if not _enough(runs[i], n, minimum)]
+        if not short:
+            break
+        smallest = min(short, key=lambda i: _size(runs[i], n))
+        if smallest == 0:
+            other = 1
+        elif smallest == len(runs) - 1:
+            other = smallest - 1
+        else:
+            left, right = _size(runs[smallest - 1], n), _size(runs[smallest + 1], n)
+            other = smallest - 1 if left <= right else smallest + 1
+        lo, hi = sorted((smallest, other))
+        runs[lo:hi + 1] = [runs[lo] + runs[hi]]
+    return runs if all(_enough(r, n, minimum) for r in runs) else None
+
+
+def _size(seg, n) -> int:
+    return int(n[:, seg].sum(axis=1).min())     # the short side's requests
+
+
+def _enough(seg, n, minimum) -> bool:
+    """At least `minimum` requests a side, and most of each side's requests in bands the other side also has:
+    merging a band seen only before with one seen only after would compare unlike requests."""
+    counts = n[:, seg]
+    if counts.sum(axis=1).min() < minimum:
+        return False
+    shared = (counts[0] > 0) & (counts[1] > 0)
+    return all(counts[s, shared].sum() >= 0.5 * counts[s].sum() for s in (0, 1))
+
+
+def _range_label(key: str, bands: list) -> str:
+    if len(bands) == 1:
+        return band_label(key, bands[0])
+    noun = "prompt" if key == "prompt_band" else "output"
+    lo = 0 if bands[0] == -1 else 2 ** int(bands[0])
+    hi = 2 ** (int(bands[-1]) + 1) - 1
+    return f"{lo}–{hi} {noun} tokens"
 
 
 def rate_counts(con: duckdb.DuckDBPyConnection, before: str, after: str, metric: str,
                 keys: tuple[str, ...]) -> RateCounts:
+    """Denominators and events per side × cohort, and per side × time batch × cohort (batch-means input)."""
     denominator, event = RATE_SQL[metric]
     bands = ", ".join(f"{_BAND_SQL[k]} AS {k}" for k in keys)
     select_bands = (bands + ", ") if bands else ""
-    order = ", ".join(keys) if keys else "side"
+    where = f"run IN ($before, $after) AND ({denominator})"
+    batch = _batch_case(con, before, after, where, {"before": before, "after": after})
     rows_sql = f"""
-        SELECT {select_bands}CASE WHEN run = $before THEN 0 ELSE 1 END AS side,
-               count(*) AS n, count(*) FILTER (WHERE {event}) AS x
-        FROM requests
-        WHERE run IN ($before, $after) AND ({denominator})
-        GROUP BY ALL ORDER BY {order}, side"""
+        WITH base AS (
+            SELECT {select_bands}CASE WHEN run = $before THEN 0 ELSE 1 END AS side, coalesce({event}, false) AS hit,
+                   {batch} AS batch
+            FROM requests WHERE run IN ($before, $after) AND ({denominator}))
+        SELECT {', '.join(keys) + ', ' if keys else ''}side, batch, count(*) AS n, count(*) FILTER (WHERE hit) AS x
+        FROM base GROUP BY ALL ORDER BY ALL"""
     result = con.execute(rows_sql, {"before": before, "after": after}).fetchall()
     cohort_index: dict[tuple, int] = {}
-    # Aggregated rows (cohorts × 2 sides), not request rows.
+    # Aggregated rows (cohorts × sides × batches), not request rows.
     for row in result:
         cohort_index.setdefault(tuple(row[: len(keys)]), len(cohort_index))
-    totals = np.zeros((2, len(cohort_index)), dtype=np.int64)
-    events = np.zeros((2, len(cohort_index)), dtype=np.int64)
+    batches = max((row[len(keys) + 1] for row in result), default=-1) + 1
+    bt = np.zeros((2, max(batches, 1), len(cohort_index)), dtype=np.int64)
+    be = np.zeros_like(bt)
     for row in result:
         c = cohort_index[tuple(row[: len(keys)])]
-        side, n, x = row[len(keys):]
-        totals[side, c] = n
-        events[side, c] = x
-    return RateCounts(keys, list(cohort_index), totals, events)
+        side, batch, n, x = row[len(keys):]
+        bt[side, batch, c] += n
+        be[side, batch, c] += x
+    return RateCounts(keys, list(cohort_index), bt.sum(axis=1), be.sum(axis=1), bt, be)
 
 
 def events_without_band(con, before: str, after: str, metric: str, key: str) -> int:

@@ -1,27 +1,30 @@
 """compare_runs: two runs in a store → the compare result document (verdict, gates, coverage, mix shift).
 
-The flow: DuckDB aggregates each run into cohorts × log-spaced bins (cohorts.py); the headline effect of each
-gate re-weights the after run's cohorts to the before run's mix; a stratified bootstrap over the cohort histograms
-gives intervals for quantile ratios, Newcombe/Wilson intervals on standardised rates give intervals for rate
-differences (stats.py); Holm's step-down sets each gate's interval level so the whole family keeps the policy's
-confidence; then each gate gets pass / fail / inconclusive and the release gets one verdict.
+The flow: DuckDB aggregates each run into time batches × cohorts × log-spaced bins (cohorts.py); cohorts short of
+requests are merged with adjacent bands; a latency gate's headline compares quantiles of the covariate-adjusted
+latency (log latency on log token counts, per model) of the after run re-weighted to the before run's cohort mix,
+with the mix-adjusted and naive ratios beside it; intervals are Woodruff's with a batch-means variance (robust to
+serial correlation), rates get Newcombe/Wilson intervals at a batch-means effective size (stats.py); every p-value is
+the inversion of the gate's own interval, Holm's step-down sets each gate's interval level, and the release gets one
+verdict: fail when any non-advisory gate significantly exceeds its tolerance, pass when every critical gate is shown
+within it (non-inferiority, each at the full level), else inconclusive.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-import zlib
 
 import numpy as np
 
 from servlens import __version__
 from servlens.compare import cohorts as co
 from servlens.compare import stats
-from servlens.compare.policy import DEFAULT_BY, LATENCY_METRICS, Gate, Policy, load_policy
+from servlens.compare.policy import (COVARIATES, DEFAULT_BY, DEFAULT_COVARIATES, LATENCY_METRICS, Gate, Policy,
+                                     load_policy)
 from servlens.errors import ConfigError, InputError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1   # additive changes only: servlens report renders every compare document of version 1
 # Gate charts: a CDF of at most CDF_MAX_POINTS points a series; past that, the bins where the CDF crosses these
 # levels (1% steps to p90, then finer and finer in the tail the p99 gates judge: 137 levels).
 CDF_MAX_POINTS = 160
@@ -31,6 +34,7 @@ CDF_LEVELS = np.r_[0.001, 0.005, np.arange(1, 91) / 100,          # 0.1%, 0.5%, 
                    np.arange(9991, 10000) / 10000]                   # 99.91% … 99.99% by 0.01%
 MAX_COHORT_ROWS = 200        # per-cohort summaries kept in the document (largest first)
 MAX_GATE_COHORTS = 40        # per-cohort diagnostics inside one gate
+SCATTER_POINTS = 300         # per run, in the residual check chart
 VERDICT_EXIT = {"pass": 0, "fail": 1, "inconclusive": 3}
 
 
@@ -48,16 +52,17 @@ def compare_runs(con, before: str, after: str, policy: Policy | None = None, see
         "verdict": None, "reason": None,
         "before": runs[before], "after": runs[after],
         "policy": {"source": policy.source, "confidence": policy.confidence, "min_coverage": policy.min_coverage,
-                   "min_cohort_requests": policy.min_cohort_requests,
-                   "bootstrap_resamples": policy.bootstrap_resamples, "seed": seed,
-                   "by": list(policy.by) if policy.by is not None else None},
+                   "min_cohort_requests": policy.min_cohort_requests, "min_change_ms": policy.min_change_ms,
+                   "seed": seed, "by": list(policy.by) if policy.by is not None else None},
         "method": _method_text(policy),
-        "coverage": None, "mix_shift": None, "gates": [], "improvements": [], "cohorts": [], "notes": [],
+        "coverage": None, "mix_shift": None, "gates": [], "improvements": [], "cohorts": [], "merged_bands": [],
+        "notes": [],
     }
     mix_keys = policy.by if policy.by is not None else DEFAULT_BY
     _token_notes(con, before, after, policy, doc["notes"])
     mix = co.mix_counts(con, before, after, mix_keys)
-    doc["coverage"] = _coverage(mix, policy)
+    mix_merge = co.merge_bands(mix.keys, mix.cohorts, mix.totals, policy.min_cohort_requests)
+    doc["coverage"] = _coverage(mix, mix_merge, policy)
 
     models_b, models_a = set(runs[before]["models"]), set(runs[after]["models"])
     if "model" in mix_keys and models_b and models_a and not models_b & models_a:
@@ -67,28 +72,22 @@ def compare_runs(con, before: str, after: str, policy: Policy | None = None, see
                          f"across a model change, band without the model (--by prompt_band)")
         doc["mix_shift"] = _mix_shift(mix, policy, [])
         return doc
-    if doc["coverage"]["cohorts_compared"] == 0:
-        doc["verdict"] = "inconclusive"
-        doc["reason"] = (f"No cohort ({' × '.join(mix_keys)}) has at least {policy.min_cohort_requests} requests in "
-                         f"both runs, so nothing can be compared like for like")
-        doc["mix_shift"] = _mix_shift(mix, policy, [])
-        return doc
 
     cache: dict = {}
     results: list[dict] = []
     for gate in policy.gates:
         keys = policy.bands_for(gate)
         if gate.is_rate:
-            results.extend(_rate_gate(con, before, after, gate, keys, policy, cache, doc["notes"]))
+            results.extend(_rate_gate(con, before, after, gate, keys, policy, cache, doc))
         else:
-            results.extend(_latency_gate(con, before, after, gate, keys, policy, cache, seed))
+            results.extend(_latency_gate(con, before, after, gate, keys, policy, cache, seed, doc))
 
     judged = [r for r in results if r.get("p_value") is not None]
     levels, adjusted = stats.holm_levels([r["p_value"] for r in judged], alpha) if judged else ([], [])
     for r, level, p_adj in zip(judged, levels, adjusted):
         r["p_value_holm"] = _r(p_adj)
         r["confidence"] = _r(1 - level)
-        _interval_and_verdict(r, level)
+        _interval_and_verdict(r, level, alpha, p_adj)
     for r in results:
         if r["verdict"] is None:
             r["verdict"] = "inconclusive"
@@ -97,12 +96,18 @@ def compare_runs(con, before: str, after: str, policy: Policy | None = None, see
     doc["gates"] = [_public(r) for r in results]
     doc["improvements"] = [
         {"gate": r["name"], "cohort": r["cohort"], "change": r.get("ratio", r.get("diff")),
-         "summary": r["rollback_criterion"].replace("keep: ", "", 1)}
+         "summary": r["rollback_criterion"].split(": ", 1)[1]}
         for r in results if r.get("improved")
     ]
     doc["mix_shift"] = _mix_shift(mix, policy, results)
-    doc["cohorts"] = _cohort_summaries(mix, cache, policy)
+    doc["cohorts"] = _cohort_summaries(mix, mix_merge, cache, policy)
     doc["verdict"], doc["reason"] = _overall(results, doc["coverage"], policy)
+    if doc["verdict"] != "fail" and doc["coverage"]["cohorts_compared"] == 0:
+        # a gate banded more coarsely (a rate whose failures have no token counts) may still fail the release;
+        # short of that, no like-for-like comparison was possible
+        doc["verdict"] = "inconclusive"
+        doc["reason"] = (f"No cohort ({' × '.join(mix_keys)}) has at least {policy.min_cohort_requests} requests in "
+                         f"both runs, even with every band merged, so nothing can be compared like for like")
     return doc
 
 
@@ -130,21 +135,35 @@ def _run_info(con, before: str, after: str) -> dict:
 
 def _method_text(policy: Policy) -> dict:
     return {
-        "latency": ("ratio after/before of a quantile; the after run's cohorts re-weighted to the before run's mix; "
-                    f"interval: the union of a stratified bootstrap percentile interval ({policy.bootstrap_resamples} "
-                    "resamples of each cohort's histogram) and Woodruff's distribution-free interval combined over the "
-                    "two runs by square-and-add on the log scale; location test: van Elteren stratified Wilcoxon"),
-        "rates": ("difference after − before of the directly standardised rate (before run's mix); Newcombe "
-                  "hybrid score interval from Wilson intervals at the effective sample size (Clopper-Pearson "
-                  "below 10 events)"),
+        "latency": ("ratio after/before of a quantile. Headline: covariate-adjusted — log latency regressed on log "
+                    "prompt tokens (and log output tokens for e2e and decode) per model over both runs, each run "
+                    "with its own intercept, and the quantiles of the adjusted latencies compared — when the token "
+                    "counts are known for at least 90% of each run's requests; else mix-adjusted (the after run's "
+                    "cohorts re-weighted to the before run's mix). Both are re-weighted to the before run's cohort "
+                    "mix; the mix-adjusted and naive ratios are reported beside the headline"),
+        "intervals": (f"batch means: each run is cut into {stats.MIN_BATCHES}–{stats.MAX_BATCHES} consecutive "
+                      "time-ordered batches; the variance of the mixture CDF at the quantile (latencies, Woodruff's "
+                      "interval, combined over the two runs by square-and-add on the log scale) and of the "
+                      "standardised rate (rates, Newcombe's hybrid score interval at the effective size) is the "
+                      "spread of the batch sums, never below the independent-requests variance, with Student t on "
+                      "B − 1 degrees of freedom; robust to serial correlation (bursts, warm-up)"),
+        "thin_tails": (f"a quantile is judged only with at least {stats.TAIL_OBSERVATIONS} requests beyond it on "
+                       "each side; otherwise the gate judges the highest quantile (5% steps, at least p50) the data "
+                       "supports, and the verdict names it"),
+        "p_values": ("each gate's p-value is the smallest level at which its own interval excludes no change, so the "
+                     "p-value Holm orders by and the reported interval are one method"),
         "multiplicity": (f"Holm step-down over all judged gates at {policy.confidence:.0%} family confidence; each "
                          "gate's interval is at its Holm level"),
         "binning_error": (f"latencies binned on a log scale, bins {100 * (stats.BIN_RATIO - 1):.1f}% wide: each "
                           f"quantile within ±{100 * stats.BINNING_ERROR:.2f}%, each ratio within "
                           f"±{200 * stats.BINNING_ERROR:.1f}%; latency intervals are widened by that bound"),
-        "verdict": ("fail: the interval excludes no change and the estimate is beyond the tolerance; pass: the whole "
-                    "interval within the tolerance; inconclusive otherwise. Overall: fail if a critical gate fails, "
-                    "inconclusive if a critical gate is inconclusive, else pass"),
+        "verdict": ("a gate fails when its change is significant under Holm, its estimate is beyond the tolerance "
+                    f"and (latencies) the quantile moved at least min_change_ms ({policy.min_change_ms:g} ms by "
+                    "default); it passes when a one-sided test at the full level shows it within the tolerance "
+                    "(non-inferiority); inconclusive otherwise. The release fails when any non-advisory gate fails, "
+                    "passes when every critical gate passes (intersection–union), else is inconclusive"),
+        "context": ("Anderson–Darling k-sample test per latency on the headline values: reported as 'the "
+                    "distribution changed', never a gate (it assumes independent requests)"),
     }
 
 
@@ -167,106 +186,9 @@ def _token_notes(con, before: str, after: str, policy: Policy, notes: list[str])
 # --------------------------------------------------------------------------------------------- latency gates
 
 
-def _rng(seed: int, *parts) -> np.random.Generator:
-    """A generator per (metric, bands, cohort), so results do not depend on the order of the gates."""
-    return np.random.default_rng([seed, zlib.crc32(repr(parts).encode())])
-
-
-def _histograms(con, before, after, metric, keys, cache):
-    key = ("hist", metric, keys)
+def _cached(cache, key, make):
     if key not in cache:
-        cache[key] = co.latency_histograms(con, before, after, metric, keys)
-    return cache[key]
-
-
-def _quantiles_needed(policy: Policy, metric: str) -> list[float]:
-    return sorted({g.quantile for g in policy.gates if g.metric == metric and not g.is_rate})
-
-
-def _latency_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, seed) -> list[dict]:
-    hist = _histograms(con, before, after, gate.metric, keys, cache)
-    base = _gate_base(gate, keys)
-    human, column = LATENCY_METRICS[gate.metric][1], LATENCY_METRICS[gate.metric][0]
-    n = hist.n()
-    total_b, total_a = (int(n[0].sum()), int(n[1].sum())) if n.size else (0, 0)
-    if total_b == 0 or total_a == 0:
-        sides = [name for name, total in (("before", total_b), ("after", total_a)) if total == 0]
-        base["reason"] = (f"{human} is not measured in the {' and '.join(sides)} run{'s' if len(sides) > 1 else ''} "
-                          f"(no successful request has {column})")
-        if len(sides) == 1:
-            base["missing_side"] = sides[0]
-        return [base]
-    compared = (n[0] >= policy.min_cohort_requests) & (n[1] >= policy.min_cohort_requests)
-    if not compared.any():
-        base["reason"] = (f"no cohort has {policy.min_cohort_requests} requests with {human} in both runs")
-        return [base]
-    required = gate.required_requests()
-    qs = _quantiles_needed(policy, gate.metric)
-    qi = qs.index(gate.quantile)
-    values = stats.bin_values(hist.bins)
-    if gate.per_cohort:
-        out = []
-        for c in np.flatnonzero(compared):
-            if n[0, c] < required or n[1, c] < required:
-                continue
-            r = _gate_base(gate, keys)
-            r["cohort"] = hist.labels[c]
-            r["cohort_count"] = 1
-            cb, ca = hist.counts[0, c:c + 1], hist.counts[1, c:c + 1]
-            w = np.ones(1)
-            boot = _boot(cache, ("boot", gate.metric, keys, int(c)), cb, ca, w, values, qs, policy, seed)
-            _fill_latency(r, cb, ca, w, values, gate, boot[:, qi], int(n[0, c]), int(n[1, c]))
-            r["coverage"] = {"before": _r(n[0, c] / total_b), "after": _r(n[1, c] / total_a)}
-            r["chart"] = _distribution_chart(r, cb, ca, w, values, human, gate)
-            out.append(r)
-        if not out:
-            base["cohort"] = "each cohort"
-            base["reason"] = f"no cohort has the {required} requests per side that {gate.name} needs"
-            return [base]
-        return out
-
-    cb, ca = hist.counts[0, compared], hist.counts[1, compared]
-    w = cb.sum(axis=1) / cb.sum()
-    nb, na = int(cb.sum()), int(ca.sum())
-    coverage = {"before": _r(nb / total_b), "after": _r(na / total_a)}
-    base["coverage"] = coverage
-    base["cohort_count"] = int(compared.sum())
-    base["cohort"] = (f"all compared cohorts, mix-adjusted ({base['cohort_count']} cohort"
-                      f"{'s' if base['cohort_count'] != 1 else ''} by {' × '.join(keys) or 'nothing'})")
-    if nb < required or na < required:
-        base.update(n_before=nb, n_after=na)
-        _fill_point(base, cb, ca, w, values, gate)
-        base["reason"] = (f"too few requests for {gate.name}: it needs at least {required} per side in compared "
-                          f"cohorts (before has {nb}, after {na})")
-        return [base]
-    boot = _boot(cache, ("boot", gate.metric, keys), cb, ca, w, values, qs, policy, seed)
-    _fill_latency(base, cb, ca, w, values, gate, boot[:, qi], nb, na)
-    # naive: every request of each run pooled, no re-weighting (what a by-eye comparison would use)
-    all_b, all_a = hist.counts[0].sum(axis=0, keepdims=True), hist.counts[1].sum(axis=0, keepdims=True)
-    one = np.ones(1)
-    naive_b = float(values[stats.mixture_quantile_index(all_b, one, [gate.quantile])[0]])
-    naive_a = float(values[stats.mixture_quantile_index(all_a, one, [gate.quantile])[0]])
-    base["naive"] = {"before": _r(naive_b), "after": _r(naive_a), "ratio": _r(_ratio(naive_a, naive_b))}
-    base["location_test"] = {k: (_r(v) if isinstance(v, float) else v)
-                             for k, v in stats.van_elteren(cb, ca).items()}
-    low_cov = [side for side in ("before", "after") if coverage[side] < policy.min_coverage]
-    if low_cov:
-        base["low_coverage"] = (f"only {min(coverage[s] for s in low_cov):.0%} of the {' and '.join(low_cov)} "
-                                f"run's {human} requests are in cohorts present in both runs (policy minimum "
-                                f"{policy.min_coverage:.0%})")
-    base["cohorts"] = _gate_cohorts(hist, compared, values, gate)
-    base["chart"] = _distribution_chart(base, cb, ca, w, values, human, gate)
-    return [base]
-
-
-def _boot(cache, key, cb, ca, w, values, qs, policy: Policy, seed) -> np.ndarray:
-    """Bootstrap log-ratios (resamples, quantiles) of a metric's compared cohorts, computed once per metric."""
-    if key not in cache:
-        rng = _rng(seed, *key)
-        ib = stats.bootstrap_quantile_index(cb, w, np.asarray(qs), policy.bootstrap_resamples, rng)
-        ia = stats.bootstrap_quantile_index(ca, w, np.asarray(qs), policy.bootstrap_resamples, rng)
-        logs = np.log(np.maximum(values, 1e-9))
-        cache[key] = logs[ia] - logs[ib]
+        cache[key] = make()
     return cache[key]
 
 
@@ -275,51 +197,216 @@ def _gate_base(gate: Gate, keys) -> dict:
             "name": gate.name, "kind": "rate" if gate.is_rate else "latency",
             "unit": "share" if gate.is_rate else "s", "cohort": None, "by": list(keys),
             "direction": gate.direction, "tolerance": gate.tolerance, "tolerance_text": gate.tolerance_text(),
-            "critical": gate.critical, "per_cohort": gate.per_cohort, "min_requests": gate.required_requests(),
+            "critical": gate.critical, "advisory": gate.advisory, "per_cohort": gate.per_cohort,
+            "min_requests": gate.required_requests(), "judged_at": None, "thin_tail": None,
             "before": None, "after": None, "n_before": None, "n_after": None, "p_value": None,
             "verdict": None, "reason": None, "chart": None}
 
 
-def _fill_point(r, cb, ca, w, values, gate):
-    qb = float(values[stats.mixture_quantile_index(cb, w, [gate.quantile])[0]])
-    qa = float(values[stats.mixture_quantile_index(ca, w, [gate.quantile])[0]])
-    r["before"], r["after"], r["ratio"] = _r(qb), _r(qa), _r(_ratio(qa, qb))
+def _latency_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, seed, doc) -> list[dict]:
+    human, column = LATENCY_METRICS[gate.metric][1], LATENCY_METRICS[gate.metric][0]
+    raw = _cached(cache, ("hist", gate.metric, keys), lambda: co.latency_histograms(con, before, after,
+                                                                                     gate.metric, keys))
+    base = _gate_base(gate, keys)
+    n = raw.n()
+    total_b, total_a = (int(n[0].sum()), int(n[1].sum())) if n.size else (0, 0)
+    if total_b == 0 or total_a == 0:
+        sides = [name for name, total in (("before", total_b), ("after", total_a)) if total == 0]
+        if gate.if_present:
+            note = (f"{gate.name} is not gated: {human} is measured in the "
+                    f"{'after' if total_b == 0 else 'before'} run only" if len(sides) == 1
+                    else f"{gate.name} is not gated: neither run measures {human}")
+            if note not in doc["notes"]:
+                doc["notes"].append(note)
+            return []
+        base["reason"] = (f"{human} is not measured in the {' and '.join(sides)} run{'s' if len(sides) > 1 else ''} "
+                          f"(no successful request has {column})")
+        if len(sides) == 1:
+            base["missing_side"] = sides[0]
+        return [base]
+
+    covariates = COVARIATES.get(gate.metric, DEFAULT_COVARIATES)
+    fit = _cached(cache, ("fit", gate.metric), lambda: co.fit_covariates(con, before, after, gate.metric, covariates))
+    adjusted = None
+    if fit.usable:
+        adjusted = _cached(cache, ("adj", gate.metric, keys),
+                           lambda: co.latency_histograms(con, before, after, gate.metric, keys, fit))
+    head = adjusted if adjusted is not None else raw
+    merge = _cached(cache, ("merge", gate.metric, keys, adjusted is not None),
+                    lambda: co.merge_bands(keys, head.cohorts, head.n(), policy.min_cohort_requests))
+    _note_merges(doc, human, merge)
+    if merge.groups == 0:
+        base["reason"] = (f"no cohort has {policy.min_cohort_requests} requests with {human} in both runs, even with "
+                          f"every band merged")
+        return [base]
+    values = stats.bin_values(head.bins)
+    sb, sa = head.side(0, merge.group, merge.groups), head.side(1, merge.group, merge.groups)
+    base["adjustment"] = _adjustment_info(fit, adjusted is not None)
+    if gate.per_cohort:
+        out = []
+        for g in range(merge.groups):
+            r = _gate_base(gate, keys)
+            r["cohort"], r["cohort_count"] = merge.labels[g], 1
+            r["adjustment"] = base["adjustment"]
+            one_b, one_a = _only(sb, g), _only(sa, g)
+            nb, na = int(one_b.counts.sum()), int(one_a.counts.sum())
+            if min(nb, na) < gate.required_requests():
+                continue
+            r["coverage"] = {"before": _r(nb / total_b), "after": _r(na / total_a)}
+            if _judge_latency(r, one_b, one_a, np.ones(1), values, gate, policy):
+                r["chart"] = _distribution_chart(r, one_b.counts, one_a.counts, np.ones(1), values, human, gate)
+            out.append(r)
+        if not out:
+            base["cohort"] = "each cohort"
+            base["reason"] = f"no cohort has the {gate.required_requests()} requests per side that {gate.name} needs"
+            return [base]
+        return out
+
+    w = sb.counts.sum(axis=1) / sb.counts.sum()
+    nb, na = int(sb.counts.sum()), int(sa.counts.sum())
+    head_n = head.n()
+    coverage = {"before": _r(nb / max(int(head_n[0].sum()), 1)), "after": _r(na / max(int(head_n[1].sum()), 1))}
+    base["coverage"] = coverage
+    base["cohort_count"] = merge.groups
+    how = "covariate- and mix-adjusted" if adjusted is not None else "mix-adjusted"
+    base["cohort"] = (f"all compared cohorts, {how} ({merge.groups} cohort{'s' if merge.groups != 1 else ''} by "
+                      f"{' × '.join(keys) or 'nothing'})")
+    if min(nb, na) < gate.required_requests():
+        base.update(n_before=nb, n_after=na)
+        base["reason"] = (f"too few requests for {gate.name}: the policy asks for {gate.required_requests()} per side "
+                          f"in compared cohorts (before has {nb}, after {na})")
+        return [base]
+    judged = _judge_latency(base, sb, sa, w, values, gate, policy)
+    q = base["_q_used"]
+    if q is not None:
+        base["mix_adjusted"] = _point_ratio(raw, gate, policy, q, cache, keys)
+        base["naive"] = _naive(raw, q)
+    screen = stats.anderson_darling(sb.counts.sum(axis=0), sa.counts.sum(axis=0), values)
+    if screen:
+        base["distribution_test"] = {k: (_r(v) if isinstance(v, float) else v) for k, v in screen.items()}
+    low_cov = [side for side in ("before", "after") if coverage[side] < policy.min_coverage]
+    if low_cov:
+        base["low_coverage"] = (f"only {min(coverage[s] for s in low_cov):.0%} of the {' and '.join(low_cov)} "
+                                f"run's {human} requests are in cohorts present in both runs (policy minimum "
+                                f"{policy.min_coverage:.0%})")
+    base["cohorts"] = _gate_cohorts(head, merge, values, q or gate.quantile)
+    if judged:
+        base["chart"] = _distribution_chart(base, sb.counts, sa.counts, w, values, human, gate)
+    if adjusted is not None:
+        base["residual_chart"] = _cached(cache, ("scatter", gate.metric),
+                                         lambda: _residual_chart(con, before, after, gate.metric, fit, seed))
+    return [base]
 
 
-def _fill_latency(r, cb, ca, w, values, gate, log_ratio_samples, nb, na):
-    _fill_point(r, cb, ca, w, values, gate)
+def _only(side: stats.Side, g: int) -> stats.Side:
+    mask = side.cohort == g
+    return stats.Side(counts=side.counts[g:g + 1], batch=side.batch[mask], cohort=np.zeros(int(mask.sum()),
+                      dtype=np.int64), column=side.column[mask], n=side.n[mask])
+
+
+def _note_merges(doc, human, merge: co.Merge) -> None:
+    for sentence in merge.merged:
+        text = f"{human}: {sentence}"
+        if text not in doc["merged_bands"]:
+            doc["merged_bands"].append(text)
+
+
+def _adjustment_info(fit: co.CovariateFit, used: bool) -> dict:
+    return {"headline": "covariate-adjusted" if used else "mix-adjusted",
+            "covariates": [f"log {c.replace('_', ' ')}" for c in fit.covariates],
+            "known_share": {"before": _r(fit.known_share[0]), "after": _r(fit.known_share[1])},
+            "models": [{"model": m, "slopes": [_r(b) for b in f["beta"]], "r2": _r(f["r2"]),
+                        "n_before": int(f["n"][0]), "n_after": int(f["n"][1])} for m, f in fit.models.items()],
+            "reason": None if used else (
+                "token counts are known for under 90% of a run's requests" if min(fit.known_share) < 0.9
+                else "the token counts do not vary, so there is nothing to adjust for")}
+
+
+def _judge_latency(r, sb: stats.Side, sa: stats.Side, w, values, gate: Gate, policy: Policy) -> bool:
+    """Point estimate, the quantile actually judged (thin tails), and the interval state Holm needs."""
+    nb, na = int(sb.counts.sum()), int(sa.counts.sum())
     r["n_before"], r["n_after"] = nb, na
-    r["_samples"] = log_ratio_samples
-    r["_woodruff"] = (cb, ca, w, values, gate.quantile)
-    r["p_value"] = stats.bootstrap_p_value(log_ratio_samples)
-
-
-def _woodruff_log_ratio(cb, ca, w, values, q, alpha) -> tuple[float, float]:
+    q = stats.supported_quantile(gate.quantile, min(nb, na))
+    r["_q_used"] = q
+    smallest = min(nb, na)
+    if q is None:
+        idx_b = stats.mixture_quantile_index(sb.counts, w, [gate.quantile])[0]
+        idx_a = stats.mixture_quantile_index(sa.counts, w, [gate.quantile])[0]
+        r["before"], r["after"] = _r(values[idx_b]), _r(values[idx_a])
+        r["ratio"] = _r(_ratio(values[idx_a], values[idx_b]))
+        r["reason"] = (f"{gate.name} cannot be judged with {smallest} requests a side: even the median needs "
+                       f"{2 * stats.TAIL_OBSERVATIONS} a side")
+        return False
+    stat = f"p{round(q * 100)}"
+    r["judged_at"] = stat
+    if q != gate.quantile:
+        r["thin_tail"] = (f"{gate.name} cannot be judged with {smallest} requests a side; "
+                          f"{LATENCY_METRICS[gate.metric][1]} {stat} is the highest quantile with "
+                          f"{stats.TAIL_OBSERVATIONS} requests beyond it on each side")
+    qb, qa = stats.quantile_side(sb, w, q), stats.quantile_side(sa, w, q)
     logs = np.log(np.maximum(values, 1e-9))
-    lb, eb, hb = (logs[i] for i in stats.woodruff_interval(cb, w, q, alpha))
-    la, ea, ha = (logs[i] for i in stats.woodruff_interval(ca, w, q, alpha))
-    est = ea - eb
-    return (est - math.sqrt((ea - la) ** 2 + (hb - eb) ** 2),
-            est + math.sqrt((ha - ea) ** 2 + (eb - lb) ** 2))
+    r["before"], r["after"] = _r(values[qb.estimate]), _r(values[qa.estimate])
+    r["ratio"] = _r(_ratio(values[qa.estimate], values[qb.estimate]))
+    r["_quantile"] = (qb, qa, logs)
+
+    def excludes(alpha):
+        _, lo, hi = stats.log_ratio_interval(qb, qa, logs, alpha)
+        return lo > 0 or hi < 0
+    r["p_value"] = stats.inverted_p_value(excludes)
+    r["_min_change"] = gate.min_change if gate.min_change is not None else policy.min_change_ms / 1000
+    return True
+
+
+def _point_ratio(raw: co.Histograms, gate, policy, q, cache, keys) -> dict | None:
+    """The mix-adjusted ratio (no covariates) at the judged quantile, beside the headline."""
+    merge = _cached(cache, ("merge", gate.metric, keys, False),
+                    lambda: co.merge_bands(keys, raw.cohorts, raw.n(), policy.min_cohort_requests))
+    if merge.groups == 0:
+        return None
+    sb, sa = raw.side(0, merge.group, merge.groups), raw.side(1, merge.group, merge.groups)
+    w = sb.counts.sum(axis=1) / sb.counts.sum()
+    values = stats.bin_values(raw.bins)
+    b = float(values[stats.mixture_quantile_index(sb.counts, w, [q])[0]])
+    a = float(values[stats.mixture_quantile_index(sa.counts, w, [q])[0]])
+    return {"before": _r(b), "after": _r(a), "ratio": _r(_ratio(a, b))}
+
+
+def _naive(raw: co.Histograms, q) -> dict:
+    """Every request of each run pooled, no re-weighting (what a by-eye comparison would use)."""
+    values = stats.bin_values(raw.bins)
+    one = np.ones(1)
+    b = float(values[stats.mixture_quantile_index(raw.counts[0].sum(axis=0, keepdims=True), one, [q])[0]])
+    a = float(values[stats.mixture_quantile_index(raw.counts[1].sum(axis=0, keepdims=True), one, [q])[0]])
+    return {"before": _r(b), "after": _r(a), "ratio": _r(_ratio(a, b))}
+
+
+def _residual_chart(con, before, after, metric, fit: co.CovariateFit, seed) -> dict:
+    """The residual check: log latency against log prompt tokens, both runs, with each model's fitted slope."""
+    human = LATENCY_METRICS[metric][1]
+    points = co.scatter_sample(con, before, after, metric, fit.covariates[0], SCATTER_POINTS, seed)
+    series = [{"name": side, "x": [_r(x) for x in points[s][0]], "y": [_r(y) for y in points[s][1]]}
+              for s, side in ((0, "before"), (1, "after"))]
+    slopes = ", ".join(f"{m}: slope {f['beta'][0]:.2f}, R² {f['r2']:.2f}" for m, f in list(fit.models.items())[:4])
+    return {"type": "scatter", "title": f"{human}: log latency against log prompt tokens ({slopes})",
+            "x_label": "ln(prompt tokens)", "y_label": f"ln({human} in s)", "x_time": False, "x_log": False,
+            "y_log": False, "series": series, "hlines": [], "vspans": []}
 
 
 def _ratio(a: float, b: float) -> float:
     floor = 1e-9
-    return max(a, floor) / max(b, floor)
+    return max(float(a), floor) / max(float(b), floor)
 
 
-def _gate_cohorts(hist, compared, values, gate) -> list[dict]:
-    n = hist.n()
-    order = np.argsort(-n[0])[:MAX_GATE_COHORTS]
+def _gate_cohorts(hist, merge: co.Merge, values, q) -> list[dict]:
     rows = []
-    for c in order:
-        if n[0, c] == 0 and n[1, c] == 0:
-            continue
-        row = {"cohort": hist.labels[c], "n_before": int(n[0, c]), "n_after": int(n[1, c]),
-               "compared": bool(compared[c]), "before": None, "after": None, "ratio": None}
-        if n[0, c] and n[1, c]:
-            qb = float(values[stats.mixture_quantile_index(hist.counts[0, c:c + 1], np.ones(1), [gate.quantile])[0]])
-            qa = float(values[stats.mixture_quantile_index(hist.counts[1, c:c + 1], np.ones(1), [gate.quantile])[0]])
+    for g in range(min(merge.groups, MAX_GATE_COHORTS)):
+        members = np.flatnonzero(merge.group == g)
+        cb, ca = hist.counts[0, members].sum(axis=0), hist.counts[1, members].sum(axis=0)
+        row = {"cohort": merge.labels[g], "n_before": int(cb.sum()), "n_after": int(ca.sum()), "compared": True,
+               "before": None, "after": None, "ratio": None}
+        if cb.sum() and ca.sum():
+            qb = float(values[stats.mixture_quantile_index(cb[None, :], np.ones(1), [q])[0]])
+            qa = float(values[stats.mixture_quantile_index(ca[None, :], np.ones(1), [q])[0]])
             row.update(before=_r(qb), after=_r(qa), ratio=_r(_ratio(qa, qb)))
         rows.append(row)
     return rows
@@ -360,8 +447,8 @@ def _distribution_chart(r, cb, ca, w, values, human, gate: Gate) -> dict:
     where = f" — {r['cohort']}" if r["per_cohort"] else ""
     bx, by = _cdf_points(cb, w, values)
     ax, ay = _cdf_points(ca, w, values)
-    q, before_q = gate.quantile, r["before"]
-    stat = gate.statistic
+    q, before_q = r.get("_q_used") or gate.quantile, r["before"]
+    stat = r.get("judged_at") or gate.statistic
     vlines = []
     if before_q is not None and before_q > 0:
         vlines.append({"x": before_q, "label": f"before {stat} {_secs(before_q)}", "style": "reference"})
@@ -383,7 +470,8 @@ def _distribution_chart(r, cb, ca, w, values, human, gate: Gate) -> dict:
 # ------------------------------------------------------------------------------------------------ rate gates
 
 
-def _rate_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, notes) -> list[dict]:
+def _rate_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, doc) -> list[dict]:
+    notes = doc["notes"]
     for band in ("prompt_band", "output_band"):
         if band in keys:
             missing = co.events_without_band(con, before, after, gate.metric, band)
@@ -394,61 +482,80 @@ def _rate_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, note
                         f"{' × '.join(keys) or 'nothing'} only (an 'unknown length' band would hide them)")
                 if note not in notes:
                     notes.append(note)
-    key = ("rate", gate.metric, keys)
-    if key not in cache:
-        cache[key] = co.rate_counts(con, before, after, gate.metric, keys)
-    counts = cache[key]
+    counts = _cached(cache, ("rate", gate.metric, keys),
+                     lambda: co.rate_counts(con, before, after, gate.metric, keys))
     base = _gate_base(gate, keys)
     base["unit"] = "share"
     totals, events = counts.totals, counts.events
     total_b, total_a = (int(totals[0].sum()), int(totals[1].sum())) if totals.size else (0, 0)
     if total_b == 0 or total_a == 0:
         sides = [name for name, t in (("before", total_b), ("after", total_a)) if t == 0]
+        if gate.if_present:
+            note = f"{gate.name} is not gated: the {' and '.join(sides)} run cannot tell it"
+            if note not in notes:
+                notes.append(note)
+            return []
         base["reason"] = f"the {' and '.join(sides)} run{'s' if len(sides) > 1 else ''} cannot tell the {gate.name}"
         if len(sides) == 1:
             base["missing_side"] = sides[0]
         return [base]
-    compared = (totals[0] >= policy.min_cohort_requests) & (totals[1] >= policy.min_cohort_requests)
-    if not compared.any():
-        base["reason"] = f"no cohort has {policy.min_cohort_requests} requests in both runs"
+    merge = co.merge_bands(keys, counts.cohorts, totals, policy.min_cohort_requests)
+    for sentence in merge.merged:
+        text = f"{gate.name}: {sentence}"
+        if text not in doc["merged_bands"]:
+            doc["merged_bands"].append(text)
+    if merge.groups == 0:
+        base["reason"] = f"no cohort has {policy.min_cohort_requests} requests in both runs, even with every band merged"
         return [base]
     required = gate.required_requests()
+    g_tot = np.zeros((2, merge.groups))
+    g_ev = np.zeros((2, merge.groups))
+    b_tot = np.zeros((2, counts.batch_totals.shape[1], merge.groups))
+    b_ev = np.zeros_like(b_tot)
+    keep = merge.group >= 0
+    for s in (0, 1):
+        np.add.at(g_tot[s], merge.group[keep], totals[s, keep])
+        np.add.at(g_ev[s], merge.group[keep], events[s, keep])
+        for b in range(b_tot.shape[1]):
+            np.add.at(b_tot[s, b], merge.group[keep], counts.batch_totals[s, b, keep])
+            np.add.at(b_ev[s, b], merge.group[keep], counts.batch_events[s, b, keep])
 
     def fill(r, idx):
-        w = totals[0, idx] / totals[0, idx].sum()
-        rb = stats.standardised_rate(events[0, idx], totals[0, idx], w)
-        ra = stats.standardised_rate(events[1, idx], totals[1, idx], w)
+        w = g_tot[0, idx] / g_tot[0, idx].sum()
+        rb = stats.standardised_rate(g_ev[0, idx], g_tot[0, idx], w, b_ev[0][:, idx], b_tot[0][:, idx])
+        ra = stats.standardised_rate(g_ev[1, idx], g_tot[1, idx], w, b_ev[1][:, idx], b_tot[1][:, idx])
         r["before"], r["after"], r["diff"] = _r(rb.rate), _r(ra.rate), _r(ra.rate - rb.rate)
-        r["n_before"], r["n_after"] = int(totals[0, idx].sum()), int(totals[1, idx].sum())
-        r["events_before"], r["events_after"] = int(events[0, idx].sum()), int(events[1, idx].sum())
+        r["n_before"], r["n_after"] = int(g_tot[0, idx].sum()), int(g_tot[1, idx].sum())
+        r["events_before"], r["events_after"] = int(g_ev[0, idx].sum()), int(g_ev[1, idx].sum())
+        r["design_effect"] = {"before": _r(rb.design_effect), "after": _r(ra.design_effect)}
         r["_rates"] = (rb, ra)
         r["p_value"] = stats.newcombe_p_value(rb, ra)
 
     if gate.per_cohort:
         out = []
-        for c in np.flatnonzero(compared):
-            if totals[0, c] < required or totals[1, c] < required:
+        for g in range(merge.groups):
+            if g_tot[0, g] < required or g_tot[1, g] < required:
                 continue
             r = _gate_base(gate, keys)
-            r["cohort"], r["cohort_count"] = counts.labels[c], 1
-            fill(r, np.array([c]))
-            r["coverage"] = {"before": _r(totals[0, c] / total_b), "after": _r(totals[1, c] / total_a)}
+            r["cohort"], r["cohort_count"] = merge.labels[g], 1
+            fill(r, np.array([g]))
+            r["coverage"] = {"before": _r(g_tot[0, g] / total_b), "after": _r(g_tot[1, g] / total_a)}
             out.append(r)
         if out:
             return out
         base["cohort"] = "each cohort"
         base["reason"] = f"no cohort has the {required} requests per side that {gate.name} needs"
         return [base]
-    idx = np.flatnonzero(compared)
-    base["cohort_count"] = len(idx)
-    base["cohort"] = (f"all compared cohorts, mix-adjusted ({len(idx)} cohort{'s' if len(idx) != 1 else ''} "
+    idx = np.arange(merge.groups)
+    base["cohort_count"] = merge.groups
+    base["cohort"] = (f"all compared cohorts, mix-adjusted ({merge.groups} cohort{'s' if merge.groups != 1 else ''} "
                       f"by {' × '.join(keys) or 'nothing'})")
-    nb, na = int(totals[0, idx].sum()), int(totals[1, idx].sum())
+    nb, na = int(g_tot[0].sum()), int(g_tot[1].sum())
     coverage = {"before": _r(nb / total_b), "after": _r(na / total_a)}
     base["coverage"] = coverage
     if nb < required or na < required:
         base.update(n_before=nb, n_after=na)
-        base["reason"] = (f"too few requests for the {gate.name}: it needs at least {required} per side in "
+        base["reason"] = (f"too few requests for the {gate.name}: the policy asks for {required} per side in "
                           f"compared cohorts (before has {nb}, after {na})")
         return [base]
     fill(base, idx)
@@ -459,15 +566,15 @@ def _rate_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, note
         base["low_coverage"] = (f"only {min(coverage[s] for s in low_cov):.0%} of the {' and '.join(low_cov)} "
                                 f"run's requests are in cohorts present in both runs (policy minimum "
                                 f"{policy.min_coverage:.0%})")
-    order = idx[np.argsort(-totals[0, idx])][:30]
-    base["cohorts"] = [{"cohort": counts.labels[c], "n_before": int(totals[0, c]), "n_after": int(totals[1, c]),
-                        "before": _r(events[0, c] / totals[0, c]), "after": _r(events[1, c] / totals[1, c]),
+    order = np.argsort(-g_tot[0])[:30]
+    base["cohorts"] = [{"cohort": merge.labels[c], "n_before": int(g_tot[0, c]), "n_after": int(g_tot[1, c]),
+                        "before": _r(g_ev[0, c] / g_tot[0, c]), "after": _r(g_ev[1, c] / g_tot[1, c]),
                         "compared": True} for c in order]
     base["chart"] = {"type": "bar", "title": f"{gate.name} by cohort, before vs after",
                      "x_label": "cohort", "y_label": f"{gate.name} (%)", "x_time": False, "x_log": False,
                      "y_log": False,
-                     "series": [{"name": side, "x": [counts.labels[c] for c in order],
-                                 "y": [_r(100 * events[s, c] / totals[s, c]) for c in order]}
+                     "series": [{"name": side, "x": [merge.labels[c] for c in order],
+                                 "y": [_r(100 * g_ev[s, c] / g_tot[s, c]) for c in order]}
                                 for s, side in ((0, "before"), (1, "after"))],
                      "hlines": [], "vspans": []}
     return [base]
@@ -476,33 +583,37 @@ def _rate_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, note
 # ------------------------------------------------------------------------------------------------- verdicts
 
 
-def _interval_and_verdict(r: dict, level: float) -> None:
+def _bounds(r: dict, alpha: float) -> tuple[float, float, float]:
+    """(change, low, high) of the gate's interval at level alpha, on the reported scale (ratio − 1 or pp)."""
     if r["kind"] == "latency":
-        lo, hi = stats.percentile_interval(r["_samples"], level)
-        # the union with the distribution-free (Woodruff) interval, combined over the two sides by square-and-add
-        # (MOVER) on the log scale: the bootstrap alone is too narrow when few observations lie beyond the quantile
-        w_lo, w_hi = _woodruff_log_ratio(*r["_woodruff"], level)
-        lo, hi = min(lo, w_lo), max(hi, w_hi)
-        # widen by the binning bound (±0.5% on a ratio), so the verdict holds for the exact, unbinned quantiles
-        lo, hi = lo - stats.LOG_BIN, hi + stats.LOG_BIN
-        change, lo_c, hi_c = r["ratio"] - 1, math.exp(lo) - 1, math.exp(hi) - 1
-        r["ci_low"], r["ci_high"] = _r(1 + lo_c), _r(1 + hi_c)
-    else:
-        rb, ra = r["_rates"]
-        lo_c, hi_c = stats.newcombe_interval(rb, ra, level)
-        change = ra.rate - rb.rate
-        r["ci_low"], r["ci_high"] = _r(lo_c), _r(hi_c)
+        est, lo, hi = stats.log_ratio_interval(*r["_quantile"], alpha)
+        return math.exp(est) - 1, math.exp(lo) - 1, math.exp(hi) - 1
+    rb, ra = r["_rates"]
+    lo, hi = stats.newcombe_interval(rb, ra, alpha)
+    return ra.rate - rb.rate, lo, hi
+
+
+def _interval_and_verdict(r: dict, level: float, alpha: float, p_holm: float) -> None:
+    change, lo_c, hi_c = _bounds(r, level)
+    r["ci_low"], r["ci_high"] = (_r(1 + lo_c), _r(1 + hi_c)) if r["kind"] == "latency" else (_r(lo_c), _r(hi_c))
     r["change"], r["change_low"], r["change_high"] = _r(change), _r(lo_c), _r(hi_c)
+    # non-inferiority: the one-sided bound at the full level (the two-sided interval at 2·alpha), no Holm split
+    _, ni_lo, ni_hi = _bounds(r, min(2 * alpha, 0.999))
+    r["noninferiority_bound"] = _r(ni_hi if r["direction"] != "decrease" else ni_lo)
     tol, direction = r["tolerance"], r["direction"]
-    significant = lo_c > 0 or hi_c < 0
+    significant = p_holm <= alpha
     if direction == "increase":
-        beyond, within, improved = change > tol, hi_c <= tol, hi_c < 0
+        beyond, within, improved = change > tol, ni_hi <= tol, significant and change < 0
     elif direction == "decrease":
-        beyond, within, improved = change < -tol, lo_c >= -tol, lo_c > 0
+        beyond, within, improved = change < -tol, ni_lo >= -tol, significant and change > 0
     else:
-        beyond, within, improved = abs(change) > tol, (lo_c >= -tol and hi_c <= tol), False
+        beyond, within, improved = abs(change) > tol, (ni_lo >= -tol and ni_hi <= tol), False
+    floor_ok = True
+    if r["kind"] == "latency":
+        moved = abs((r["after"] or 0) - (r["before"] or 0))
+        floor_ok = moved >= r["_min_change"]
     r["significant"] = bool(significant)
-    if significant and beyond:
+    if significant and beyond and floor_ok:
         r["verdict"] = "fail"
     elif within and not r.get("low_coverage"):
         r["verdict"] = "pass"
@@ -510,20 +621,48 @@ def _interval_and_verdict(r: dict, level: float) -> None:
         r["verdict"] = "inconclusive"
         if r.get("low_coverage"):
             r["reason"] = r["low_coverage"]
+        elif significant and beyond:
+            r["reason"] = (f"the change is significant and beyond the tolerance, but the quantile moved only "
+                           f"{_secs(moved)} (the policy's floor is {_secs(r['_min_change'])})")
         elif beyond:
             r["reason"] = f"the estimate is beyond the {r['tolerance_text']} tolerance but the change is not significant"
         else:
-            r["reason"] = f"the interval reaches beyond the {r['tolerance_text']} tolerance"
-            # requests per side that would narrow the interval to the tolerance if the estimate held (width ∝ 1/√n)
-            edge, room = ((hi_c, tol - change) if direction != "decrease" else (lo_c, change + tol))
-            if room > 0:
-                factor = (abs(edge - change) / room) ** 2
-                r["requests_needed"] = math.ceil(max(r["n_before"], r["n_after"]) * factor)
-    r["improved"] = bool(improved and r["verdict"] == "pass")
+            r["reason"] = f"the one-sided bound reaches beyond the {r['tolerance_text']} tolerance"
+        _detectable(r, level)
+    r["improved"] = bool(improved and r["verdict"] != "fail")
+
+
+def _detectable(r: dict, level: float) -> None:
+    """Minimum detectable effect at this size (80% power at the gate's Holm level), and the requests per side that
+    would detect the tolerance, from the observed interval width (width ∝ 1/√n)."""
+    if r["kind"] == "latency":
+        qb, qa, logs = r["_quantile"]
+        _, lo, hi = stats.log_ratio_interval(qb, qa, logs, level)
+        t = stats.critical(level, min(qb.df, qa.df))
+        se = max((hi - lo - 2 * stats.LOG_BIN) / (2 * t), 1e-12)
+        mde_scale = (t + stats.POWER_Z) * se
+        r["detectable_change"] = _r(math.exp(mde_scale) - 1)
+        target = math.log1p(r["tolerance"]) if r["tolerance"] > 0 else None
+        t = stats.critical(level, 10**9)     # at the size that would detect the tolerance, t is the normal z
+    else:
+        rb, ra = r["_rates"]
+        lo, hi = stats.newcombe_interval(rb, ra, level)
+        t = stats.critical(level, 10**9)
+        se = max((hi - lo) / (2 * t), 1e-12)
+        mde_scale = (t + stats.POWER_Z) * se
+        r["detectable_change"] = _r(mde_scale)
+        target = r["tolerance"] if r["tolerance"] > 0 else None
+    if target:
+        n = max(r["n_before"], r["n_after"])
+        r["requests_needed"] = max(n, math.ceil(n * ((t + stats.POWER_Z) * se / target) ** 2))
 
 
 def _pct(change: float) -> str:
     return f"{change * 100:+.1f}%".replace("-", "−")
+
+
+def _times(ratio: float) -> str:
+    return f"×{ratio:.3g}"
 
 
 def _pp(change: float) -> str:
@@ -537,31 +676,52 @@ def _share(value: float) -> str:
 def _criterion_text(r: dict, policy: Policy) -> str:
     """The gate's outcome as a rollback criterion in words (roll back / keep / hold)."""
     where = r["name"] if not r["per_cohort"] else f"{r['name']} in cohort {r['cohort']}"
+    judged = where
+    if r.get("judged_at") and r["judged_at"] != r["statistic"]:
+        judged = f"{LATENCY_METRICS[r['metric']][1]} {r['judged_at']}"
+        if r["per_cohort"]:
+            judged += f" in cohort {r['cohort']}"
     if r["cohort"] and not r["per_cohort"] and r.get("cohort_count"):
-        where += f" (mix-adjusted over {r['cohort_count']} cohort{'s' if r['cohort_count'] != 1 else ''})"
+        how = r.get("adjustment", {}).get("headline", "mix-adjusted")
+        judged += f" ({how} over {r['cohort_count']} cohort{'s' if r['cohort_count'] != 1 else ''})"
+    prefix = f"{r['thin_tail'].split(';')[0]}; " if r.get("thin_tail") else ""
     if r.get("change") is None:
         return f"hold: {where} cannot be judged: {r['reason']}"
     level = f"{policy.confidence:.0%} CI"
+    moved = "rose" if r["change"] > 0 else "fell" if r["change"] < 0 else "did not change"
     if r["kind"] == "latency":
-        moved = "rose" if r["change"] > 0 else "fell" if r["change"] < 0 else "did not change"
-        amount = f"{abs(r['change']) * 100:.1f}%"
-        interval = f"[{level} {_pct(r['change_low'])} to {_pct(r['change_high'])}]"
+        big = r["ratio"] >= 2 or r["ratio"] <= 0.5
+        if big:
+            amount = _times(r["ratio"])
+            interval = f"[{level} {_times(r['ci_low'])} to {_times(r['ci_high'])}]"
+        else:
+            amount = f"{abs(r['change']) * 100:.1f}%"
+            interval = f"[{level} {_pct(r['change_low'])} to {_pct(r['change_high'])}]"
         values = f"({_secs(r['before'])} → {_secs(r['after'])})"
     else:
-        moved = "rose" if r["change"] > 0 else "fell" if r["change"] < 0 else "did not change"
         amount = f"{abs(r['change']) * 100:.2f} pp"
         interval = f"[{level} {_pp(r['change_low'])} to {_pp(r['change_high'])}]"
         values = f"({_share(r['before'])} → {_share(r['after'])})"
-    head = f"{where} {moved} {amount} {values} {interval}" if r["change"] else f"{where} did not change {values} {interval}"
+    head = (f"{prefix}{judged} {moved} {amount} {values} {interval}" if r["change"]
+            else f"{prefix}{judged} did not change {values} {interval}")
     tol = r["tolerance_text"]
     if r["verdict"] == "fail":
+        if r.get("advisory"):
+            return f"note: {head}, beyond the {tol} tolerance (advisory gate: reported, does not fail the release)"
         return f"roll back: {head}, beyond the {tol} tolerance"
     if r["verdict"] == "pass":
         better = "; a clear improvement" if r.get("improved") else ""
-        return f"keep: {head}, within the {tol} tolerance{better}"
+        bound = r["noninferiority_bound"]
+        shown = (_pct(bound) if r["kind"] == "latency" else _pp(bound))
+        return (f"keep: {head}, within the {tol} tolerance (one-sided {policy.confidence:.0%} bound {shown})"
+                f"{better}")
     extra = ""
-    if r.get("requests_needed"):
-        extra = f"; about {r['requests_needed']:,} requests a side would settle it"
+    if r.get("detectable_change") is not None:
+        d = r["detectable_change"]
+        mde = ((f"{d * 100:.1f}%" if d < 1 else _times(1 + d)) if r["kind"] == "latency" else f"{d * 100:.2f} pp")
+        extra = f"; at this size it detects changes of about {mde}"
+        if r.get("requests_needed"):
+            extra += f", and about {r['requests_needed']:,} requests a side would detect the {tol} tolerance"
     return f"hold: {head}: {r['reason']}{extra}"
 
 
@@ -570,7 +730,9 @@ def _secs(value: float) -> str:
         return "n/a"
     if value >= 1:
         return f"{value:.3g} s"
-    return f"{value * 1000:.3g} ms"
+    if value >= 0.001:
+        return f"{value * 1000:.3g} ms"
+    return f"{value * 1e6:.3g} µs"
 
 
 def _rule_text(r: dict, policy: Policy, m: int) -> str:
@@ -579,45 +741,46 @@ def _rule_text(r: dict, policy: Policy, m: int) -> str:
              else "of the after run re-weighted to the before run's cohort mix")
     size = (f"by more than {r['tolerance'] * 100:g}%" if r["kind"] == "latency"
             else f"by more than {r['tolerance'] * 100:g} percentage points")
-    crit = "critical: a failure fails the release" if r["critical"] else "not critical: a failure is a warning"
+    floor = ""
+    if r["kind"] == "latency":
+        floor = f" and by at least {_secs(r.get('_min_change', policy.min_change_ms / 1000))}"
+    role = ("advisory: reported, never fails the release" if r.get("advisory")
+            else "critical: must be shown within tolerance for the release to pass, and fails it when it fails"
+            if r["critical"] else "not critical: fails the release when it fails, not needed for a pass")
     return (f"Roll back if {r['name']} {scope} is significantly {what} than before (Holm over {m} gate"
-            f"{'s' if m != 1 else ''} at {policy.confidence:.0%} family confidence) and {what} {size}; "
-            f"at least {r['min_requests']:,} requests a side; {crit}")
+            f"{'s' if m != 1 else ''} at {policy.confidence:.0%} family confidence) and {what} {size}{floor}; "
+            f"{role}")
 
 
 def _overall(results: list[dict], coverage: dict, policy: Policy) -> tuple[str, str]:
     critical = [r for r in results if r["critical"]]
-    failed = [r for r in critical if r["verdict"] == "fail"]
-    other_fails = [r for r in results if r["verdict"] == "fail" and not r["critical"]]
-    warn = ""
-    if other_fails:
-        warn = (f" Non-critical gate{'s' if len(other_fails) > 1 else ''} failed: "
-                + "; ".join(r["rollback_criterion"] for r in other_fails) + ".")
+    failed = [r for r in results if r["verdict"] == "fail" and not r.get("advisory")]
     if failed:
-        return "fail", (f"{len(failed)} critical gate{'s' if len(failed) > 1 else ''} failed: "
-                        + "; ".join(r["rollback_criterion"] for r in failed) + "." + warn)
+        return "fail", (f"{len(failed)} gate{'s' if len(failed) > 1 else ''} failed: "
+                        + "; ".join(r["rollback_criterion"] for r in failed) + ".")
     if not coverage["sufficient"]:
-        return "inconclusive", coverage["explanation"] + "." + warn
+        return "inconclusive", coverage["explanation"] + "."
     one_sided = [r for r in results if r.get("missing_side")]
     if one_sided:
         # a metric logged on one side only: the logging changed with the release, so the gate cannot be trusted
         return "inconclusive", ("A gated metric is missing on one side: "
-                                + "; ".join(r["rollback_criterion"] for r in one_sided) + "." + warn)
+                                + "; ".join(r["rollback_criterion"] for r in one_sided) + ".")
     if not critical:
-        return "inconclusive", "The policy has no critical gate, so nothing can pass the release." + warn
-    open_ = [r for r in critical if r["verdict"] == "inconclusive"]
+        return "inconclusive", "The policy has no critical gate, so nothing can pass the release."
+    open_ = [r for r in critical if r["verdict"] != "pass"]
     if open_:
-        return "inconclusive", (f"No critical gate failed, but {len(open_)} could not be decided: "
-                                + "; ".join(r["rollback_criterion"] for r in open_) + "." + warn)
-    return "pass", f"All {len(critical)} critical gates pass." + warn
+        return "inconclusive", (f"No gate failed, but {len(open_)} critical gate{'s' if len(open_) > 1 else ''} "
+                                f"could not be shown within tolerance: "
+                                + "; ".join(r["rollback_criterion"] for r in open_) + ".")
+    return "pass", f"All {len(critical)} critical gates pass."
 
 
 # ------------------------------------------------------------------------------------------ coverage and mix
 
 
-def _coverage(mix: co.RateCounts, policy: Policy) -> dict:
+def _coverage(mix: co.RateCounts, merge: co.Merge, policy: Policy) -> dict:
     n = mix.totals
-    compared = (n[0] >= policy.min_cohort_requests) & (n[1] >= policy.min_cohort_requests)
+    compared = merge.group >= 0
     total_b, total_a = int(n[0].sum()), int(n[1].sum())
     share_b = float(n[0, compared].sum() / total_b) if total_b else 0.0
     share_a = float(n[1, compared].sum() / total_a) if total_a else 0.0
@@ -627,7 +790,8 @@ def _coverage(mix: co.RateCounts, policy: Policy) -> dict:
         "by": list(mix.keys),
         "before": {"requests": total_b, "compared": int(n[0, compared].sum()), "share": _r(share_b)},
         "after": {"requests": total_a, "compared": int(n[1, compared].sum()), "share": _r(share_a)},
-        "cohorts_total": len(labels), "cohorts_compared": int(compared.sum()),
+        "cohorts_total": len(labels), "cohorts_compared": merge.groups, "bands_compared": int(compared.sum()),
+        "merged": merge.merged,
         "before_only": [labels[c] for c in np.flatnonzero((n[0] > 0) & (n[1] == 0))][:20],
         "after_only": [labels[c] for c in np.flatnonzero((n[1] > 0) & (n[0] == 0))][:20],
         "min_coverage": policy.min_coverage, "sufficient": bool(sufficient), "explanation": None,
@@ -635,7 +799,7 @@ def _coverage(mix: co.RateCounts, policy: Policy) -> dict:
     if not sufficient:
         out["explanation"] = (f"Too little of the traffic is in cohorts present in both runs: {share_b:.0%} of the "
                               f"before run and {share_a:.0%} of the after run (policy minimum "
-                              f"{policy.min_coverage:.0%}, cohorts need {policy.min_cohort_requests} requests a side)")
+                              f"{policy.min_coverage:.0%}, cohorts need {policy.min_cohort_requests} requests a side, after merging bands)")
     return out
 
 
@@ -681,10 +845,11 @@ def _mix_shift(mix: co.RateCounts, policy: Policy, results: list[dict]) -> dict:
             "naive_vs_adjusted": adjusted}
 
 
-def _cohort_summaries(mix: co.RateCounts, cache: dict, policy: Policy) -> list[dict]:
-    """Per-cohort table for the report: requests and share per side, and latency quantiles where banded alike."""
+def _cohort_summaries(mix: co.RateCounts, merge: co.Merge, cache: dict, policy: Policy) -> list[dict]:
+    """Per-cohort table for the report: requests and share per side, the merged cohort it went into, and latency
+    quantiles where banded alike."""
     n = mix.totals
-    compared = (n[0] >= policy.min_cohort_requests) & (n[1] >= policy.min_cohort_requests)
+    compared = merge.group >= 0
     total = np.maximum(n.sum(axis=1), 1)
     order = np.argsort(-(n[0] + n[1]))[:MAX_COHORT_ROWS]
     rows = {}
@@ -694,7 +859,9 @@ def _cohort_summaries(mix: co.RateCounts, cache: dict, policy: Policy) -> list[d
                                           for k, v in zip(mix.keys, mix.cohorts[c])},
                                 "n_before": int(n[0, c]), "n_after": int(n[1, c]),
                                 "share_before": _r(n[0, c] / total[0]), "share_after": _r(n[1, c] / total[1]),
-                                "compared": bool(compared[c]), "latency": {}}
+                                "compared": bool(compared[c]),
+                                "merged_into": merge.labels[merge.group[c]] if compared[c] else None,
+                                "latency": {}}
     for key, hist in cache.items():
         if key[0] != "hist" or hist.keys != mix.keys or not hist.cohorts:
             continue

@@ -39,17 +39,20 @@ BAND_KEYS = ("model", "served_model", "deployment", "provider", "prompt_band", "
 # since failed requests have no output.
 DEFAULT_BY = ("model", "prompt_band")
 OUTPUT_BANDED_METRICS = ("e2e", "decode")
+# The covariates of the adjusted headline: log prompt tokens, and log output tokens for latencies that grow with it.
+COVARIATES = {"e2e": ("prompt_tokens", "completion_tokens"), "decode": ("prompt_tokens", "completion_tokens")}
+DEFAULT_COVARIATES = ("prompt_tokens",)
 
 _COMPARE_KEYS = {
     "confidence": "a number between 0.5 and 0.999",
     "min_coverage": "a share between 0 and 1",
     "min_cohort_requests": "an integer ≥ 2",
-    "bootstrap_resamples": "an integer between 200 and 20000",
+    "min_change_ms": "a non-negative number of milliseconds",
     "mix_shift_min_tvd": "a share between 0 and 1",
     "by": f"a list of {', '.join(BAND_KEYS)}",
 }
-_GATE_KEYS = ("metric", "statistic", "direction", "tolerance_pct", "tolerance_pp", "critical", "min_requests",
-              "per_cohort")
+_GATE_KEYS = ("metric", "statistic", "direction", "tolerance_pct", "tolerance_pp", "critical", "advisory",
+              "if_present", "min_change_ms", "min_requests", "per_cohort")
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,12 @@ class Gate:
     statistic: str
     tolerance: float          # latencies: relative change (0.10 = +10 %); rates: absolute share (0.005 = 0.5 pp)
     direction: str = "increase"
-    critical: bool = False
-    min_requests: int = 0     # per side, in compared cohorts; 0 = the statistic's own minimum
+    critical: bool = False    # must be decided (shown within tolerance) for the release to pass
+    min_requests: int = 0     # per side, in compared cohorts; 0 = whatever the statistic can be judged at
     per_cohort: bool = False
+    advisory: bool = False    # reported, never fails the release
+    if_present: bool = False  # skipped (with a note) unless both runs measure the metric
+    min_change: float | None = None   # latencies: seconds the quantile must move to fail; None = the policy's
 
     @property
     def is_rate(self) -> bool:
@@ -79,13 +85,12 @@ class Gate:
         return None if self.is_rate else int(self.statistic[1:]) / 100
 
     def required_requests(self) -> int:
-        """Requests needed per side before this gate is judged at all.
+        """Requests per side below which the gate is not judged: the policy's min_requests, else 1.
 
-        A quantile needs at least 10 observations beyond it (p99: 1,000 requests), else its interval says nothing
-        about the tail; the policy can only raise this floor.
+        Thin tails are handled by judging a lower quantile (stats.supported_quantile), and rates by exact intervals,
+        so no statistic has a floor of its own.
         """
-        floor = 100 if self.is_rate else math.ceil(10 / (1 - self.quantile) - 1e-9)
-        return max(floor, self.min_requests)
+        return max(1, self.min_requests)
 
     def tolerance_text(self) -> str:
         sign = {"increase": "+", "decrease": "−", "either": "±"}[self.direction]
@@ -104,7 +109,7 @@ class Policy:
     confidence: float = 0.95
     min_coverage: float = 0.5
     min_cohort_requests: int = 30
-    bootstrap_resamples: int = 2000
+    min_change_ms: float = 5.0
     mix_shift_min_tvd: float = 0.05
     by: tuple[str, ...] | None = None     # None: per-metric defaults (DEFAULT_BY, + output_band for e2e/decode)
     source: str = "built-in default policy"
@@ -175,7 +180,7 @@ def parse_policy(data: dict, where: str) -> Policy:
         "confidence": lambda v: _is_number(v) and 0.5 <= v <= 0.999,
         "min_coverage": lambda v: _is_number(v) and 0 <= v <= 1,
         "min_cohort_requests": lambda v: _is_int(v) and v >= 2,
-        "bootstrap_resamples": lambda v: _is_int(v) and 200 <= v <= 20000,
+        "min_change_ms": lambda v: _is_number(v) and v >= 0,
         "mix_shift_min_tvd": lambda v: _is_number(v) and 0 <= v <= 1,
     }
     for key, ok in checks.items():
@@ -234,14 +239,29 @@ def _parse_gate(raw: dict, number: int, where: str) -> Gate:
                           "Use a non-negative number (percent for tolerance_pct, points for tolerance_pp)")
     critical = raw.get("critical", False)
     per_cohort = raw.get("per_cohort", False)
-    for key, flag in (("critical", critical), ("per_cohort", per_cohort)):
+    advisory = raw.get("advisory", False)
+    if_present = raw.get("if_present", False)
+    for key, flag in (("critical", critical), ("per_cohort", per_cohort), ("advisory", advisory),
+                      ("if_present", if_present)):
         if not isinstance(flag, bool):
             raise ConfigError(f"{label}: {key} = {flag!r} is not allowed", "Use true or false")
     min_requests = raw.get("min_requests", 0)
     if not _is_int(min_requests) or min_requests < 0:
         raise ConfigError(f"{label}: min_requests = {min_requests!r} is not allowed", "Use a non-negative integer")
+    if critical and advisory:
+        raise ConfigError(f"{label}: a gate cannot be both critical and advisory",
+                          "critical gates must be decided for a pass; advisory gates never fail")
+    min_change = raw.get("min_change_ms")
+    if min_change is not None:
+        if is_rate:
+            raise ConfigError(f"{label}: min_change_ms is for latency gates", "Remove it from the rate gate")
+        if not _is_number(min_change) or min_change < 0:
+            raise ConfigError(f"{label}: min_change_ms = {min_change!r} is not allowed",
+                              "Use a non-negative number of milliseconds")
+        min_change = float(min_change) / 1000
     return Gate(metric=metric, statistic=statistic, tolerance=float(value) / 100, direction=direction,
-                critical=critical, min_requests=min_requests, per_cohort=per_cohort)
+                critical=critical, min_requests=min_requests, per_cohort=per_cohort, advisory=advisory,
+                if_present=if_present, min_change=min_change)
 
 
 def _is_number(value) -> bool:

@@ -1,12 +1,16 @@
-"""Statistics on per-cohort summaries: mixture quantiles, a stratified bootstrap, rate intervals, Holm.
+"""Statistics on per-cohort summaries: mixture quantiles, batch-means intervals, rate intervals, Holm, screens.
 
-Everything here works on histograms that DuckDB already aggregated (cohorts × log-spaced bins), never on request
-rows, so its cost depends on the number of cohorts and bins, not on the number of requests.
+Everything here works on what DuckDB already aggregated (side × time batch × cohort × log-spaced bin counts), never
+on request rows, so its cost depends on the number of batches, cohorts and bins, not on the number of requests.
 
 Binning error: a latency x lands in bin floor(ln x / ln 1.005) and is read back as the bin's geometric midpoint, so
 every quantile read from a histogram is within ±0.25% of the exact sample quantile (one bin is 0.5% wide), and a
-ratio of two quantiles within ±0.5%. The stratified bootstrap resamples each cohort's histogram (multinomial with the
-cohort's own count), which is exactly the bootstrap of the binned rows.
+ratio of two quantiles within ±0.5%.
+
+Serial correlation: requests close in time share the engine's state (a burst, a cold cache), so they are not
+independent. Every variance here is a batch-means variance: each run is cut into consecutive time-ordered batches,
+and the estimator's linearisation is summed per batch; the spread of those batch sums is the variance, with B − 1
+degrees of freedom (Student t). It is never taken below the independent-requests variance.
 """
 
 from __future__ import annotations
@@ -16,12 +20,20 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
+from scipy import stats as sps
 
 _NORMAL = NormalDist()
 BIN_RATIO = 1.005
 LOG_BIN = math.log(BIN_RATIO)
 ZERO_BIN = -(10**6)          # values <= 0 (a latency of exactly zero) get their own bin, read back as 0.0
 BINNING_ERROR = (BIN_RATIO**0.5 - 1)   # relative error of one quantile read from the histogram (≈ 0.25%)
+# Batches per run: at most 50 (long batches keep the correlation inside them), at least 10 (t with 9 df), and
+# about 5 requests a batch in between; a run of fewer than 10 requests has one request a batch.
+# Batches are consecutive in arrival order and of about equal size (cohorts._batch_case).
+MAX_BATCHES, MIN_BATCHES, REQUESTS_PER_BATCH = 50, 10, 5
+TAIL_OBSERVATIONS = 10       # a quantile is judged only with at least this many requests beyond it on each side
+POWER_Z = _NORMAL.inv_cdf(0.8)
+AD_MAX_PER_SIDE = 50_000   # minimum detectable effect: the change detected 80% of the time
 
 
 def bin_sql(column: str) -> str:
@@ -37,14 +49,23 @@ def bin_values(bins: np.ndarray) -> np.ndarray:
     return np.where(bins == ZERO_BIN, 0.0, values)
 
 
+def supported_quantile(q: float, n: int) -> float | None:
+    """The highest quantile ≤ q with TAIL_OBSERVATIONS requests beyond it among n (5% steps), or None below p50."""
+    if n <= 0:
+        return None
+    if (1 - q) * n >= TAIL_OBSERVATIONS - 1e-9:
+        return q
+    top = math.floor(20 * (1 - TAIL_OBSERVATIONS / n) + 1e-9) / 20
+    return top if top >= 0.5 else None
+
+
 # ---------------------------------------------------------------------------------------------------- quantiles
 
 
-def mixture_quantile_index(counts: np.ndarray, weights: np.ndarray, qs: np.ndarray) -> np.ndarray:
+def mixture_quantile_index(counts: np.ndarray, weights: np.ndarray, qs) -> np.ndarray:
     """Column index of each quantile q of the mixture Σ_c w_c · F_c (inverse CDF: smallest x with F(x) ≥ q).
 
     counts: (cohorts, bins) histogram; weights: (cohorts,) summing to 1; rows with zero count get no weight.
-    Accepts a leading batch axis on counts: (batch, cohorts, bins) -> (batch, len(qs)).
     """
     n = counts.sum(axis=-1, keepdims=True).astype(np.float64)
     share = np.divide(counts, n, out=np.zeros(counts.shape, dtype=np.float64), where=n > 0)
@@ -55,135 +76,152 @@ def mixture_quantile_index(counts: np.ndarray, weights: np.ndarray, qs: np.ndarr
     return np.minimum(idx, counts.shape[-1] - 1)
 
 
-def bootstrap_quantile_index(counts: np.ndarray, weights: np.ndarray, qs, resamples: int,
-                             rng: np.random.Generator, block: int = 250) -> np.ndarray:
-    """Stratified bootstrap of the mixture quantiles: each cohort's histogram is resampled with its own count.
+@dataclass
+class Side:
+    """One run's histograms for one metric: dense (cohorts × bins) and per time batch (long form)."""
 
-    Returns (resamples, len(qs)) column indices. Cost is cohorts × bins × resamples binomial draws, whatever the
-    number of requests. Bins far from every quantile (where the mixture CDF is more than 8 worst-case standard
-    errors away from q) are merged before resampling: merging bins never moves a resampled quantile that stays
-    inside the kept window, and if one ever leaves it the resampling is redone at full resolution.
+    counts: np.ndarray        # (cohorts, bins)
+    batch: np.ndarray         # (rows,) batch id of each long-form cell
+    cohort: np.ndarray        # (rows,) cohort index
+    column: np.ndarray        # (rows,) bin column
+    n: np.ndarray             # (rows,) requests in the cell
+
+    @property
+    def batches(self) -> int:
+        return int(self.batch.max()) + 1 if self.batch.size else 0
+
+
+def cdf_variance(side: Side, weights: np.ndarray, column: int) -> tuple[float, int]:
+    """Variance of the mixture CDF F̂(x) = Σ_c w_c F̂_c(x) at the bin `column`, and its degrees of freedom.
+
+    The linearisation Σ_i a_i (1{x_i ≤ x} − F̂_c(i)(x)) with a_i = w_c / n_c is summed per time batch; the variance is
+    B/(B−1)·Σ_b S_b², never below the independent-requests variance Σ_c w_c² F_c (1 − F_c) / n_c.
     """
-    qs = np.asarray(qs, dtype=np.float64)
-    n = counts.sum(axis=1).astype(np.float64)
-    share = np.divide(counts, n[:, None], out=np.zeros(counts.shape), where=n[:, None] > 0)
+    n_c = side.counts.sum(axis=1).astype(np.float64)
+    live = n_c > 0
+    below_c = side.counts[:, : column + 1].sum(axis=1)
+    f_c = np.divide(below_c, n_c, out=np.zeros_like(n_c), where=live)
+    iid = float((weights[live] ** 2 * f_c[live] * (1 - f_c[live]) / n_c[live]).sum())
+    b = side.batches
+    if b < 2:
+        return iid, 1
+    a = np.divide(weights, n_c, out=np.zeros_like(n_c), where=live)
+    below = side.n * (side.column <= column)
+    sums = np.bincount(side.batch, weights=a[side.cohort] * (below - side.n * f_c[side.cohort]), minlength=b)
+    bm = float(b / (b - 1) * (sums**2).sum())
+    return max(bm, iid), b - 1
+
+
+def critical(alpha: float, df: int) -> float:
+    """Two-sided critical value at level alpha: Student t with the batch-means degrees of freedom."""
+    return float(sps.t.ppf(1 - alpha / 2, df))
+
+
+@dataclass
+class QuantileSide:
+    """What a side contributes to a quantile interval: the estimate's column, the CDF, and its standard error."""
+
+    cdf: np.ndarray
+    estimate: int
+    se: float
+    df: int
+    q: float
+
+    def interval(self, alpha: float) -> tuple[int, int]:
+        """Woodruff: invert the CDF at q ± t·se (distribution-free, honest in the tail)."""
+        t = critical(alpha, self.df) * self.se
+        q = self.q
+        last = len(self.cdf) - 1
+        lo = int(min(np.searchsorted(self.cdf, q - t - 1e-12), last))
+        hi = int(min(np.searchsorted(self.cdf, q + t - 1e-12), last))
+        return lo, hi
+
+
+def quantile_side(side: Side, weights: np.ndarray, q: float) -> QuantileSide:
+    n = side.counts.sum(axis=1, keepdims=True).astype(np.float64)
+    share = np.divide(side.counts, n, out=np.zeros(side.counts.shape), where=n > 0)
     cdf = np.cumsum(weights @ share)
-    live = (n > 0) & (weights > 0)
-    delta = 8 * math.sqrt(float((weights[live] ** 2 * 0.25 / n[live]).sum()))
-    keep = np.zeros(counts.shape[1], dtype=bool)
-    for q in qs:
-        lo = int(np.searchsorted(cdf, q - delta - 1e-12))
-        hi = int(np.searchsorted(cdf, q + delta))
-        keep[lo:hi + 1] = True
-    # one reduced column per kept bin, and one per run of merged bins
-    starts = np.flatnonzero(np.r_[True, keep[1:] | keep[:-1] | (keep[1:] != keep[:-1])])
-    reduced = np.add.reduceat(counts, starts, axis=1)
-    kept_col = keep[starts]
-    idx = _bootstrap_indices(reduced, weights, qs, resamples, rng, block)
-    if not kept_col[idx].all():
-        return _bootstrap_indices(counts, weights, qs, resamples, rng, block)
-    return starts[idx]
+    cdf /= cdf[-1]
+    est = int(min(np.searchsorted(cdf, q - 1e-12), len(cdf) - 1))
+    var, df = cdf_variance(side, weights, est)
+    if var <= 0:   # every cohort entirely on one side of the estimate: the pooled binomial error
+        var = q * (1 - q) / float((weights[n[:, 0] > 0] ** 2 / n[n[:, 0] > 0, 0]).sum() ** -1)
+    return QuantileSide(cdf=cdf, estimate=est, se=math.sqrt(var), df=df, q=q)
 
 
-def _bootstrap_indices(counts, weights, qs, resamples, rng, block):
-    n_cohorts, n_bins = counts.shape
-    n = counts.sum(axis=1)
-    out = np.empty((resamples, len(qs)), dtype=np.int64)
-    for start in range(0, resamples, block):
-        size = min(block, resamples - start)
-        mix = np.zeros((size, n_bins))
-        for c in range(n_cohorts):
-            if n[c] == 0 or weights[c] == 0:
-                continue
-            nonzero = np.flatnonzero(counts[c])
-            p = counts[c, nonzero] / n[c]
-            draws = rng.multinomial(int(n[c]), p / p.sum(), size=size)
-            mix[:, nonzero] += draws * (weights[c] / n[c])
-        cdf = np.cumsum(mix, axis=1)
-        cdf /= cdf[:, -1:]
-        idx = np.stack([(cdf < q - 1e-12).sum(axis=1) for q in qs], axis=1)
-        out[start:start + size] = np.minimum(idx, n_bins - 1)
-    return out
+def log_ratio_interval(before: QuantileSide, after: QuantileSide, logs: np.ndarray,
+                       alpha: float) -> tuple[float, float, float]:
+    """(estimate, low, high) of log(Q_after / Q_before): each side's Woodruff interval, combined by square-and-add
+    (MOVER) on the log scale, then widened by the binning bound so it holds for the exact, unbinned quantiles."""
+    lb, hb = before.interval(alpha)
+    la, ha = after.interval(alpha)
+    eb, ea = logs[before.estimate], logs[after.estimate]
+    est = ea - eb
+    low = est - math.sqrt((ea - logs[la]) ** 2 + (logs[hb] - eb) ** 2) - LOG_BIN
+    high = est + math.sqrt((logs[ha] - ea) ** 2 + (eb - logs[lb]) ** 2) + LOG_BIN
+    return est, low, high
+
+
+def inverted_p_value(excludes_zero, floor: float = 1e-12) -> float:
+    """The smallest alpha at which an interval method excludes 'no change' (bisection on log alpha).
+
+    The p-value Holm orders by and the interval the gate reports are then one method: at any level, the interval
+    excludes no change exactly when p is below that level.
+    """
+    if excludes_zero(floor):
+        return floor
+    if not excludes_zero(0.999999):
+        return 1.0
+    lo, hi = floor, 0.999999
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        if excludes_zero(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def woodruff_interval(counts: np.ndarray, weights: np.ndarray, q: float, alpha: float) -> tuple[int, int, int]:
-    """Column indices (low, estimate, high) of Woodruff's interval for a quantile of a stratified mixture.
+    """Column indices (low, estimate, high) of Woodruff's interval for independent requests (one batch a request)."""
+    side = Side(counts=counts, batch=np.zeros(0, dtype=np.int64), cohort=np.zeros(0, dtype=np.int64),
+                column=np.zeros(0, dtype=np.int64), n=np.zeros(0))
+    qs = quantile_side(side, weights, q)
+    qs.df = 10**9
+    lo, hi = qs.interval(alpha)
+    return lo, qs.estimate, hi
 
-    The distribution-free interval for a quantile inverts the CDF: {x : |F̂(x) − q| ≤ z·se(F̂(Q̂))} with
-    se² = Σ_c w_c² F_c(Q̂)(1 − F_c(Q̂))/n_c — with one cohort, the normal form of the binomial order-statistic
-    interval. It needs no density estimate and stays honest in the tail, where a bootstrap of few tail
-    observations is too narrow.
+
+# ---------------------------------------------------------------------------------------------- screens
+
+
+def anderson_darling(before: np.ndarray, after: np.ndarray, values: np.ndarray) -> dict | None:
+    """Anderson–Darling k-sample test (midrank, ties = bins) of two pooled histograms on a common bin grid.
+
+    Context only ("the distribution changed"), never a gate: it assumes independent requests, and it reacts to any
+    difference in shape, including ones no gate's quantile sees. Above AD_MAX_PER_SIDE requests a side the
+    histograms are scaled down to that size first (same shape, fewer requests: a less sensitive screen, and a
+    bounded cost).
     """
-    n = counts.sum(axis=1).astype(np.float64)
-    share = np.divide(counts, n[:, None], out=np.zeros(counts.shape), where=n[:, None] > 0)
-    per_cohort = np.cumsum(share, axis=1)
-    cdf = weights @ per_cohort
-    est = int(min(np.searchsorted(cdf, q - 1e-12), counts.shape[1] - 1))
-    live = n > 0
-    at = per_cohort[live, est]
-    se = math.sqrt(float((weights[live] ** 2 * at * (1 - at) / n[live]).sum()))
-    if se == 0:      # every cohort entirely on one side of the estimate: fall back to the pooled binomial error
-        se = math.sqrt(q * (1 - q) / float((weights[live] ** 2 / n[live]).sum() ** -1))
-    z = _NORMAL.inv_cdf(1 - alpha / 2)
-    last = counts.shape[1] - 1
-    low = int(min(np.searchsorted(cdf, q - z * se - 1e-12), last))
-    high = int(min(np.searchsorted(cdf, q + z * se - 1e-12), last))
-    return low, est, high
+    import warnings
 
-
-def percentile_interval(samples: np.ndarray, alpha: float) -> tuple[float, float]:
-    lo, hi = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
-
-
-def bootstrap_p_value(samples: np.ndarray) -> float:
-    """Two-sided bootstrap p-value for 'no change' (0 on the log scale), consistent with percentile intervals.
-
-    Beyond the bootstrap's resolution (fewer than 10 resamples on the far side of 0) the normal approximation
-    2·Φ(−|mean|/sd) takes over, so Holm over many gates (per-cohort policies) can still reject: a tail share can
-    never go below 1/(B+1), which would cap the number of gates that can ever fail.
-    """
-    b = len(samples)
-    n_below, n_above = np.count_nonzero(samples <= 0), np.count_nonzero(samples >= 0)
-    if min(n_below, n_above) >= 10:
-        return float(min(1.0, 2 * (min(n_below, n_above) + 1) / (b + 1)))
-    mean, sd = float(np.mean(samples)), float(np.std(samples))
-    if sd == 0:
-        return 1.0 if mean == 0 else 0.0
-    return float(min(1.0, 2 * _NORMAL.cdf(-abs(mean) / sd)))
-
-
-# ---------------------------------------------------------------------------------------------- location test
-
-
-def van_elteren(before: np.ndarray, after: np.ndarray) -> dict:
-    """Stratified Wilcoxon rank-sum test (van Elteren) over cohort histograms on a common bin grid.
-
-    before, after: (cohorts, bins). Ties are the bins themselves (tie-corrected variance). Returns the two-sided
-    p-value and the probability that an after request is slower than a before one of the same cohort (ties ½),
-    averaged with the van Elteren weights.
-    """
-    stat = var = weight_sum = prob = 0.0
-    for b, a in zip(before.astype(np.float64), after.astype(np.float64)):
-        n1, n2 = b.sum(), a.sum()
-        if n1 == 0 or n2 == 0:
-            continue
-        total = n1 + n2
-        below_b = np.cumsum(b) - b
-        u = float((a * (below_b + 0.5 * b)).sum())      # pairs (after > before) + ½ ties
-        t = a + b
-        tie = float((t**3 - t).sum())
-        v = n1 * n2 / 12.0 * ((total + 1) - tie / (total * (total - 1))) if total > 1 else 0.0
-        w = 1.0 / (total + 1)
-        stat += w * (u - n1 * n2 / 2)
-        var += w * w * v
-        prob += w * u
-        weight_sum += w * n1 * n2
-    if var <= 0:
-        return {"name": "van Elteren (stratified Wilcoxon)", "p_value": 1.0, "prob_after_slower": None}
-    z = stat / math.sqrt(var)
-    return {"name": "van Elteren (stratified Wilcoxon)", "p_value": float(2 * _NORMAL.cdf(-abs(z))),
-            "z": float(z), "prob_after_slower": prob / weight_sum if weight_sum else None}
+    if before.sum() < 2 or after.sum() < 2:
+        return None
+    for name in ("before", "after"):
+        counts = before if name == "before" else after
+        if counts.sum() > AD_MAX_PER_SIDE:
+            scaled = np.round(counts * (AD_MAX_PER_SIDE / counts.sum()))
+            before, after = (scaled, after) if name == "before" else (before, scaled)
+    a = np.repeat(values, before.astype(np.int64))
+    b = np.repeat(values, after.astype(np.int64))
+    if np.unique(np.r_[a, b]).size < 2:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # scipy warns when p is beyond its table (0.001 … 0.25): we say so
+        res = sps.anderson_ksamp([a, b])
+    p = float(res.pvalue)
+    return {"name": "Anderson–Darling k-sample", "statistic": float(res.statistic),
+            "p_value": p, "p_value_bounded": bool(p <= 0.001 or p >= 0.25)}
 
 
 # ------------------------------------------------------------------------------------------------------- rates
@@ -194,10 +232,17 @@ class StandardisedRate:
     rate: float
     variance: float
     effective_n: float
+    design_effect: float = 1.0
 
 
-def standardised_rate(events: np.ndarray, totals: np.ndarray, weights: np.ndarray) -> StandardisedRate:
-    """Directly standardised rate Σ w_c x_c/n_c with its variance and Kish-style effective sample size."""
+def standardised_rate(events: np.ndarray, totals: np.ndarray, weights: np.ndarray,
+                      batch_events: np.ndarray | None = None,
+                      batch_totals: np.ndarray | None = None) -> StandardisedRate:
+    """Directly standardised rate Σ w_c x_c/n_c with its variance and effective sample size.
+
+    batch_events/batch_totals (batches × cohorts) give the batch-means variance; the effective n is the Kish n
+    divided by the design effect (batch-means variance / independent variance, never below 1).
+    """
     events = np.asarray(events, dtype=np.float64)
     totals = np.asarray(totals, dtype=np.float64)
     keep = totals > 0
@@ -210,7 +255,17 @@ def standardised_rate(events: np.ndarray, totals: np.ndarray, weights: np.ndarra
         effective_n = rate * (1 - rate) / variance
     else:
         effective_n = base_n
-    return StandardisedRate(rate, variance, effective_n)
+    deff = 1.0
+    if batch_events is not None and variance > 0:
+        live_batches = batch_totals.sum(axis=1) > 0
+        batch_events, batch_totals = batch_events[live_batches], batch_totals[live_batches]
+        b = batch_events.shape[0]
+        if b >= 2:
+            a = np.divide(weights, totals, out=np.zeros_like(totals), where=keep)
+            sums = ((batch_events - batch_totals * p[None, :]) * a[None, :]).sum(axis=1)
+            bm = float(b / (b - 1) * (sums**2).sum())
+            deff = max(1.0, bm / variance)
+    return StandardisedRate(rate, variance * deff, effective_n / deff, deff)
 
 
 def proportion_interval(rate: float, n: float, alpha: float) -> tuple[float, float]:
@@ -239,24 +294,14 @@ def newcombe_interval(before: StandardisedRate, after: StandardisedRate, alpha: 
 
 
 def newcombe_p_value(before: StandardisedRate, after: StandardisedRate) -> float:
-    """The smallest alpha at which the Newcombe interval excludes 0 (found by bisection on log alpha)."""
+    """The smallest alpha at which the Newcombe interval excludes 0."""
     if after.rate == before.rate:
         return 1.0
+
     def excludes(alpha: float) -> bool:
         lo, hi = newcombe_interval(before, after, alpha)
         return lo > 0 or hi < 0
-    lo_a, hi_a = 1e-12, 0.999999
-    if excludes(lo_a):
-        return lo_a
-    if not excludes(hi_a):
-        return 1.0
-    for _ in range(60):
-        mid = math.sqrt(lo_a * hi_a)
-        if excludes(mid):
-            hi_a = mid
-        else:
-            lo_a = mid
-    return hi_a
+    return inverted_p_value(excludes)
 
 
 # -------------------------------------------------------------------------------------------------------- Holm
@@ -284,3 +329,34 @@ def holm_levels(p_values: list[float], alpha: float) -> tuple[list[float], list[
             stopped = True
             levels[i] = alpha / m
     return levels, adjusted
+
+
+# ------------------------------------------------------------------------------------------------- regression
+
+
+def within_slopes(sums: dict) -> tuple[np.ndarray, float]:
+    """Slopes of y on covariates pooled within both runs (each run its own intercept), and the within R².
+
+    sums: per run, {"n", "x" (k,), "y", "xx" (k,k), "xy" (k,), "yy"}: the sufficient statistics DuckDB computes.
+    A covariate with (almost) no spread gets slope 0: it cannot explain anything.
+    """
+    k = len(next(iter(sums.values()))["x"])
+    sxx, sxy, syy = np.zeros((k, k)), np.zeros(k), 0.0
+    for s in sums.values():
+        if s["n"] < 1:
+            continue
+        mx, my = s["x"] / s["n"], s["y"] / s["n"]
+        sxx += s["xx"] - s["n"] * np.outer(mx, mx)
+        sxy += s["xy"] - s["n"] * mx * my
+        syy += s["yy"] - s["n"] * my * my
+    usable = np.diag(sxx) > 1e-6 * max(1.0, sum(s["n"] for s in sums.values()))
+    beta = np.zeros(k)
+    if usable.any():
+        sub = sxx[np.ix_(usable, usable)]
+        try:
+            beta[usable] = np.linalg.solve(sub, sxy[usable])
+        except np.linalg.LinAlgError:
+            beta[:] = 0.0
+    explained = float(beta @ sxy)
+    r2 = explained / syy if syy > 0 else 0.0
+    return beta, max(0.0, min(1.0, r2))

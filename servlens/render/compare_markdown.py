@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from servlens.render.compare_text import EXIT_OF, coverage_sentence, fmt_change, fmt_delta, fmt_value, short_cohort
+from servlens.render.compare_text import (EXIT_OF, context_lines, coverage_sentence, fmt_change, fmt_delta,
+                                         fmt_value, gate_label, short_cohort)
 
 BADGE = {"pass": "✅ pass", "fail": "❌ fail", "inconclusive": "⚠️ inconclusive"}
 
@@ -30,14 +31,17 @@ def render_compare_markdown(doc: dict) -> str:
         lines += ["", "| gate | cohorts | before | after | change [interval] | tolerance | verdict |",
                   "|---|---|---:|---:|---:|---:|---|"]
         for g in gates:
-            name = _cell(g["name"]) + (" (critical)" if g["critical"] else "")
+            name = _cell(gate_label(g)) + (" (critical)" if g["critical"] else "")
             mark = {"fail": "❌ fail", "pass": "✅ pass", "inconclusive": "⚠️ inconclusive"}[g["verdict"]]
             lines.append(f"| {name} | {_cell(short_cohort(g))} | {fmt_value(g.get('before'), g['unit'])} | "
                          f"{fmt_value(g.get('after'), g['unit'])} | {fmt_change(g)} | {_cell(g['tolerance_text'])} | "
                          f"{mark} |")
         conf = doc.get("policy", {}).get("confidence", 0.95)
-        lines += ["", f"Intervals are Holm-adjusted at {conf:.0%} family confidence; latency effects re-weight the "
-                      "after run to the before run's cohort mix."]
+        lines += ["", f"Intervals are Holm-adjusted at {conf:.0%} family confidence (batch-means variances); latency "
+                      "effects compare covariate-adjusted values re-weighted to the before run's cohort mix."]
+        context = context_lines(doc)
+        if context:
+            lines += [""] + [f"- {_cell(line)}" for line in context]
     mix = doc.get("mix_shift")
     if mix and mix.get("significant"):
         lines += ["", f"**Mix shift.** {_cell(mix['summary'])}.", "",
@@ -53,4 +57,6 @@ def render_compare_markdown(doc: dict) -> str:
         lines += ["", "</details>"]
     for note in doc.get("notes", []):
         lines += ["", f"_Note: {_cell(note)}._"]
+    for merged in doc.get("merged_bands", []):
+        lines += ["", f"_Bands merged: {_cell(merged)}._"]
     return "\n".join(lines) + "\n"

@@ -20,11 +20,14 @@ def fmt_value(value, unit: str) -> str:
 
 
 def fmt_change(gate: dict) -> str:
-    """'+13.8% [+9.4% … +19.7%]' for latencies, '+0.33 pp [−0.18 … +0.84]' for rates, '~' when not estimated."""
+    """'+13.8% [+9.4% … +19.7%]' for latencies (×20.1 [×6.6 … ×72] past 2×), '+0.33 pp [−0.18 … +0.84]' for rates,
+    '~' when not estimated."""
     if gate.get("change") is None:
         if gate.get("ratio") is not None:
             return f"{(gate['ratio'] - 1) * 100:+.1f}% (no interval)".replace("-", "−")
         return "~"
+    if gate["kind"] == "latency" and (gate["ratio"] >= 2 or gate["ratio"] <= 0.5):
+        return f"×{gate['ratio']:.3g} [×{gate['ci_low']:.3g} … ×{gate['ci_high']:.3g}]"
     if gate["kind"] == "latency":
         text = (f"{gate['change'] * 100:+.1f}% [{gate['change_low'] * 100:+.1f}% … "
                 f"{gate['change_high'] * 100:+.1f}%]")
@@ -43,7 +46,38 @@ def short_cohort(gate: dict) -> str:
     if gate.get("per_cohort"):
         return gate.get("cohort") or "each cohort"
     count = gate.get("cohort_count")
-    return f"mix-adjusted ({count})" if count else "–"
+    if not count:
+        return "–"
+    headline = (gate.get("adjustment") or {}).get("headline", "mix-adjusted")
+    return f"{'covariate-adj.' if headline == 'covariate-adjusted' else 'mix-adjusted'} ({count})"
+
+
+def gate_label(gate: dict) -> str:
+    """The gate's name, with the quantile actually judged when the tail was too thin ('TTFT p99 → p85')."""
+    judged = gate.get("judged_at")
+    return gate["name"] + (f" → {judged}" if judged and judged != gate.get("statistic") else "")
+
+
+def context_lines(doc: dict) -> list[str]:
+    """Headline beside mix-adjusted and naive, and the distribution screen, for latency gates (text and Markdown)."""
+    out = []
+    for g in doc.get("gates", []):
+        if g["kind"] != "latency" or g.get("change") is None:
+            continue
+        parts = [f"headline ({(g.get('adjustment') or {}).get('headline', 'mix-adjusted')}) ×{g['ratio']:.3g}"]
+        if g.get("mix_adjusted"):
+            parts.append(f"mix-adjusted ×{g['mix_adjusted']['ratio']:.3g}")
+        if g.get("naive"):
+            parts.append(f"naive ×{g['naive']['ratio']:.3g}")
+        screen = g.get("distribution_test")
+        if screen:
+            p = screen["p_value"]
+            bound = "≤ " if screen.get("p_value_bounded") and p <= 0.001 else "≥ " if screen.get(
+                "p_value_bounded") else ""
+            said = "the distribution changed" if p <= 0.01 else "no distribution change seen"
+            parts.append(f"Anderson–Darling p {bound}{p:.2g}: {said}")
+        out.append(f"{gate_label(g)}: " + ", ".join(parts))
+    return out
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -73,7 +107,7 @@ def render_compare_text(doc: dict) -> str:
     if gates:
         rows = []
         for g in gates:
-            name = g["name"] + (" *" if g["critical"] else "")
+            name = gate_label(g) + (" *" if g["critical"] else "")
             n = (f"n={g['n_before']:,}/{g['n_after']:,}" if g.get("n_before") is not None
                  and g.get("n_after") is not None else "")
             rows.append([name, short_cohort(g), fmt_value(g.get("before"), g["unit"]),
@@ -86,8 +120,12 @@ def render_compare_text(doc: dict) -> str:
         conf = doc.get("policy", {}).get("confidence", 0.95)
         if judged:
             out.append(f"* critical gate. Intervals are Holm-adjusted over {judged} judged gate"
-                       f"{'s' if judged != 1 else ''} at {conf:.0%} family confidence; latencies compare the after "
-                       f"run re-weighted to the before run's cohort mix.")
+                       f"{'s' if judged != 1 else ''} at {conf:.0%} family confidence, with batch-means variances; "
+                       f"latencies compare covariate-adjusted values re-weighted to the before run's cohort mix.")
+            context = context_lines(doc)
+            if context:
+                out += ["", "Latency effects, headline beside the mix-adjusted and naive ratios:"]
+                out += [f"  - {line}" for line in context]
         else:
             out.append("* critical gate. No gate had the data to be judged (reasons below).")
     mix = doc.get("mix_shift")
@@ -105,5 +143,7 @@ def render_compare_text(doc: dict) -> str:
         out += ["", "Gates as rollback criteria:"] + [f"  - {g['rollback_criterion']}" for g in gates]
     for note in doc.get("notes", []):
         out.append(f"Note: {note}.")
+    for merged in doc.get("merged_bands", []):
+        out.append(f"Bands merged: {merged}.")
     out += ["", f"Verdict: {verdict}. {doc['reason']}"]
     return "\n".join(out) + "\n"

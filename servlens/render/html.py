@@ -621,6 +621,7 @@ class _ReportBuilder:
         with_detail = [gate for _, gate in ordered
                        if _is_chart_value(gate.get("chart")) or isinstance(gate.get("cohorts"), list) and gate["cohorts"]]
         hidden_charts = 0
+        residual_drawn: set[str] = set()
         for gate in with_detail[: limits.gate_rows]:
             rendered = self.chart(gate.get("chart"), budget, placeholder=False)
             if rendered is None and _is_chart_value(gate.get("chart")):
@@ -628,7 +629,13 @@ class _ReportBuilder:
             cohorts = self._gate_cohorts(gate, limits)
             if rendered is None and cohorts is None:
                 continue
-            gate_charts.append({"gate": self._gate(gate, limits), "chart": rendered, "cohorts": cohorts})
+            # the covariate adjustment's check (log latency against log prompt tokens), once per metric
+            residual = None
+            if _is_chart_value(gate.get("residual_chart")) and str(gate.get("metric")) not in residual_drawn:
+                residual = self.chart(gate["residual_chart"], budget, placeholder=False)
+                residual_drawn.add(str(gate.get("metric")))
+            gate_charts.append({"gate": self._gate(gate, limits), "chart": rendered, "cohorts": cohorts,
+                                "residual": residual})
         counts: dict[str, int] = {}
         for gate in gates:
             counts[str(gate.get("verdict"))] = counts.get(str(gate.get("verdict")), 0) + 1
@@ -643,7 +650,7 @@ class _ReportBuilder:
         before, after = doc.get("before") or {}, doc.get("after") or {}
         known = {"kind", "schema_version", "verdict", "reason", "before", "after", "coverage", "mix_shift", "gates",
                  "improvements", "cohorts", "generated_at", "servlens_version", "policy", "warnings", "notes",
-                 "method"}
+                 "method", "merged_bands"}
         extra = {k: v for k, v in doc.items() if k not in known}
         cohorts = doc.get("cohorts") or []
         # notes: sentences on what the comparison could not see (unknown token counts, rates banded coarser);
@@ -651,6 +658,10 @@ class _ReportBuilder:
         notes = doc.get("notes") or []
         if not (isinstance(notes, list) and all(is_scalar(n) for n in notes)):
             extra["notes"], notes = notes, []
+        merged = doc.get("merged_bands") or []
+        if isinstance(merged, list) and all(is_scalar(m) for m in merged):
+            notes = list(notes) + [f"bands merged to reach {(doc.get('policy') or {}).get('min_cohort_requests', 30)} "
+                                   f"requests a side: {m}" for m in merged]
         notes = [format_cell(n, limits.cell_chars * 5) for n in notes if n is not None]
         method = doc.get("method") or {}
         if not (isinstance(method, dict) and all(is_scalar(v) for v in method.values())):
@@ -762,8 +773,11 @@ class _ReportBuilder:
             value = format_percent if (_is_rate(metric) or gate.get("unit") == "share" or gate.get("kind") == "rate") \
                 else format_number
         note = gate.get("reason") or gate.get("note")
+        if gate.get("thin_tail"):
+            note = f"{gate['thin_tail']}" + (f"; {note}" if note else "")
         if gate.get("requests_needed"):
-            note = f"{note or 'undecided'}; about {gate['requests_needed']:,} requests a side would settle it"
+            note = (f"{note or 'undecided'}; about {gate['requests_needed']:,} requests a side would detect the "
+                    f"tolerance")
         return {
             "name": str(gate.get("name") or f"{metric_name(metric)} {statistic}".strip() or "gate"),
             "metric": metric,

@@ -17,7 +17,11 @@ def test_default_policy_is_the_design_gates():
         ("e2e", "p99", 0.10, False),
         ("error_rate", "rate", 0.005, True),
         ("length_rate", "rate", 0.01, False),
+        ("first_content", "p50", 0.10, False),
     ]
+    assert [g.metric for g in policy.gates if g.if_present] == ["first_content"]
+    assert not any(g.advisory for g in policy.gates)
+    assert policy.min_change_ms == 5
     assert policy.confidence == 0.95
     assert policy.source == "built-in default policy"
 
@@ -33,12 +37,28 @@ def test_bands_follow_the_decisions():
     assert custom.bands_for(Gate("ttft", "p99", 0.1)) == ("model", "prompt_band", "output_band")
 
 
-def test_required_requests_grow_with_the_quantile():
-    assert Gate("ttft", "p99", 0.1).required_requests() == 1000
-    assert Gate("ttft", "p90", 0.1).required_requests() == 100
-    assert Gate("ttft", "p50", 0.1).required_requests() == 20
+def test_no_statistic_has_a_request_floor_of_its_own():
+    """Thin tails are judged at a lower quantile and rates by exact intervals; only the policy can set a floor."""
+    assert Gate("ttft", "p99", 0.1).required_requests() == 1
+    assert Gate("error_rate", "rate", 0.005).required_requests() == 1
     assert Gate("ttft", "p50", 0.1, min_requests=500).required_requests() == 500
-    assert Gate("error_rate", "rate", 0.005).required_requests() == 100
+
+
+def test_advisory_and_min_change(tmp_path):
+    path = _write(tmp_path, """
+[compare]
+min_change_ms = 2.5
+[[gate]]
+metric = "queue"
+statistic = "p90"
+tolerance_pct = 20
+advisory = true
+min_change_ms = 50
+""")
+    policy = load_policy(path)
+    assert policy.min_change_ms == 2.5
+    (gate,) = policy.gates
+    assert gate.advisory and not gate.critical and gate.min_change == 0.05
 
 
 def _write(tmp_path, text):
@@ -73,10 +93,15 @@ direction = "either"
 @pytest.mark.parametrize("text, message", [
     ("[compare]\nconfidense = 0.9\n[[gate]]\nmetric='ttft'\nstatistic='p99'\ntolerance_pct=10\n",
      "gates.toml: unknown key 'compare.confidense'. Allowed: confidence, min_coverage, min_cohort_requests, "
-     "bootstrap_resamples, mix_shift_min_tvd, by."),
+     "min_change_ms, mix_shift_min_tvd, by."),
+    ("[[gate]]\nmetric='ttft'\nstatistic='p99'\ntolerance_pct=10\ncritical=true\nadvisory=true\n",
+     "gates.toml: gate 1: a gate cannot be both critical and advisory. critical gates must be decided for a pass; "
+     "advisory gates never fail."),
+    ("[[gate]]\nmetric='error_rate'\ntolerance_pp=1\nmin_change_ms=5\n",
+     "gates.toml: gate 1: min_change_ms is for latency gates. Remove it from the rate gate."),
     ("[[gate]]\nmetric='ttft'\nstatistic='p99'\ntolerance=10\n",
      "gates.toml: gate 1: unknown key 'tolerance'. Allowed: metric, statistic, direction, tolerance_pct, "
-     "tolerance_pp, critical, min_requests, per_cohort."),
+     "tolerance_pp, critical, advisory, if_present, min_change_ms, min_requests, per_cohort."),
     ("[[gate]]\nmetric='ttfb'\nstatistic='p99'\ntolerance_pct=10\n",
      "gates.toml: gate 1: metric = 'ttfb' is not known. Allowed: ttft, tpot, e2e, queue, prefill, decode, "
      "first_content, error_rate, length_rate, timeout_rate, leakage_rate."),

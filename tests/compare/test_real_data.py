@@ -1,4 +1,8 @@
-"""compare on real engine output: vLLM `bench serve --save-detailed` runs (CPU build), ingested through the API."""
+"""compare on real engine output: vLLM `bench serve --save-detailed` runs (CPU build), ingested through the API.
+
+Measured on these files (duckdb over the ingested rows): 80 requests a side, no errors, no finish reasons; TTFT
+median 103 ms (Poisson arrivals) vs 55 ms (burstiness 0.5), TPOT median 12.0 ms vs 10.3 ms.
+"""
 
 from __future__ import annotations
 
@@ -23,14 +27,19 @@ def doc():
     con.close()
 
 
-def test_eighty_real_requests_a_side_are_inconclusive_with_reasons(doc):
+def test_eighty_real_requests_a_side_judge_the_tail_they_support(doc):
     assert doc["before"]["requests"] == doc["after"]["requests"] == 80
-    assert doc["verdict"] == "inconclusive"
     gates = {g["id"]: g for g in doc["gates"]}
-    assert gates["ttft_p99"]["reason"] == ("too few requests for TTFT p99: it needs at least 1000 per side in "
-                                           "compared cohorts (before has 80, after 80)")
-    assert gates["error_rate_rate"]["reason"] == ("too few requests for the error rate: it needs at least 100 per "
-                                                  "side in compared cohorts (before has 80, after 80)")
+    p99 = gates["ttft_p99"]
+    assert p99["judged_at"] == "p85"
+    assert p99["thin_tail"].startswith("TTFT p99 cannot be judged with 80 requests a side; TTFT p85 is the highest")
+    # nothing failed, but the critical gates are not shown within tolerance at 80 a side: inconclusive, not pass
+    assert not [g for g in doc["gates"] if g["verdict"] == "fail"]
+    assert doc["verdict"] == "inconclusive"
+    err = gates["error_rate_rate"]
+    assert (err["events_before"], err["events_after"]) == (0, 0)
+    assert err["verdict"] == "inconclusive" and err["requests_needed"] > 80
+    assert "requests a side would detect the +0.5 pp tolerance" in err["rollback_criterion"]
     # vllm bench records no finish reason: not evaluable, never a pass
     assert gates["length_rate_rate"]["reason"] == "the before and after runs cannot tell the length-finish rate"
 
@@ -41,5 +50,8 @@ def test_the_median_effects_are_estimated_with_intervals(doc):
         g = gates[gate_id]
         assert g["n_before"] == g["n_after"] == 80
         assert g["ci_low"] <= g["ratio"] <= g["ci_high"]
-        assert g["verdict"] == "pass" and g["change_high"] < 0     # measured: both medians fell, significantly
-    assert sorted(i["gate"] for i in doc["improvements"]) == ["TPOT p50", "TTFT p50"]
+        assert g["adjustment"]["headline"] == "covariate-adjusted"
+        assert g["naive"]["ratio"] < 1 and g["mix_adjusted"]["ratio"] < 1
+    tpot = gates["tpot_p50"]
+    assert tpot["verdict"] == "pass" and tpot["change_high"] < 0     # measured: TPOT fell, significantly
+    assert [i["gate"] for i in doc["improvements"]] == ["TPOT p50"]

@@ -14,11 +14,14 @@ from servlens.store.schema import open_store
 
 
 def _rates_run(con, run, n, errors, lengths, model="m<script>|x"):
+    # failures spread evenly over the run (clustered ones would rightly widen the batch-means interval)
     status = np.array(["ok"] * n, dtype=object)
-    status[:errors] = "error"
+    failed = np.linspace(0, n - 6, errors).astype(int)
+    status[failed] = "error"
     finish = np.array(["stop"] * n, dtype=object)
-    finish[:errors] = "error"
-    finish[errors:errors + lengths] = "length"
+    finish[failed] = "error"
+    spare = np.setdiff1d(np.arange(n - 5), failed)
+    finish[spare[np.linspace(0, len(spare) - 1, lengths).astype(int)]] = "length"
     finish[-5:] = None                                  # unknown finish reason: not in the length denominator
     insert_requests(con, run, {"model": np.full(n, model, dtype=object), "status": status, "finish_reason": finish,
                                "prompt_tokens": np.full(n, 500), "ttft_s": np.full(n, 0.2)})

@@ -1,8 +1,10 @@
-"""The statistics measured by simulation (seeded): A/A false-fail rate, power, on real and modelled data.
+"""The statistics measured by simulation (seeded), under the built-in policy: A/A false-fail rate (independent and
+AR(1) φ 0.9 neighbours), power for ×1.15 and ×1.3 on TTFT p99, and a pure prompt-mix shift.
 
-DESIGN.md ("Compare gates") records what a correct gate does here: A/A never fails; ×1.15 on TTFT fails about 58%
-at 3k requests a side and 75% at 5k; ×1.3 fails 95% at 3k. docs/compare.md has the full table and the command
-that reproduces it (python -m servlens.compare.simulate).
+Targets (issue 13; docs/compare.md has the measured tables and the command that reproduces them): A/A false-fail
+≤ 5% family-wise at 3k and 20k a side, including AR(1) φ 0.9; ×1.15 TTFT p99 fails ≥ 70% at 3k and ≥ 95% at 20k
+(lognormal σ 0.6, prompt covariate R² ≈ 0.7); ×1.3 fails ≥ 95% at 3k; a prompt-mix shift that moves the naive p99
+by ≥ 40% never fails. The default run keeps a few trials of each; the full tables are marked slow.
 """
 
 from __future__ import annotations
@@ -12,19 +14,39 @@ import pytest
 from servlens.compare import simulate
 
 
+def test_correlated_aa_does_not_fail():
+    result = simulate.run_aa(3000, trials=6, seed=21, phi=0.9)
+    assert result["any_gate_fail"] == 0.0 and result["overall"]["fail"] == 0.0
+
+
+def test_a_30_percent_slower_p99_fails_at_3k():
+    result = simulate.run_power(3000, 1.3, trials=6, seed=22)
+    assert result["ttft_p99"]["fail"] == 1.0 and result["overall"]["fail"] == 1.0
+
+
+def test_a_pure_prompt_mix_shift_does_not_fail():
+    for seed in (23, 24):
+        doc = simulate.run_mix_shift(20000, seed=seed)
+        rows = {r["gate"]: r for r in doc["mix_shift"]["naive_vs_adjusted"]}
+        assert rows["TTFT p99"]["naive_change"] >= 0.4            # by eye, p99 TTFT rose 40% or more
+        assert abs(rows["TTFT p99"]["adjusted_change"]) < 0.05
+        assert doc["mix_shift"]["significant"] is True
+        assert not [g for g in doc["gates"] if g["verdict"] == "fail"]
+
+
+def test_thin_data_is_inconclusive_not_pass():
+    doc = simulate.run_thin(seed=16)
+    assert doc["verdict"] == "inconclusive"
+    assert not [g for g in doc["gates"] if g["verdict"] == "fail"]
+    assert all(g["verdict"] == "inconclusive" for g in doc["gates"] if g["critical"])
+
+
 @pytest.mark.slow
-def test_aa_lognormal_never_fails_more_than_nominal():
-    result = simulate.run_aa_lognormal(3000, trials=40, seed=11)
+@pytest.mark.parametrize("n, phi", [(3000, 0.0), (20000, 0.0), (3000, 0.9), (20000, 0.9)])
+def test_aa_false_fail_is_at_most_five_percent(n, phi):
+    result = simulate.run_aa(n, trials=40, seed=11, phi=phi)
+    assert result["any_gate_fail"] <= 0.05
     assert result["overall"]["fail"] <= 0.05
-    assert result["any_gate_fail"] <= 0.05
-    assert result["ttft_p99"]["pass"] + result["ttft_p99"]["inconclusive"] >= 0.95
-
-
-@pytest.mark.slow
-def test_aa_on_the_real_azure_trace_split_in_two():
-    result = simulate.run_aa_azure(trials=20, seed=12)
-    assert result["any_gate_fail"] <= 0.05
-    assert result["overall"]["fail"] == 0.0
 
 
 @pytest.mark.slow
@@ -32,28 +54,25 @@ def test_aa_on_real_engine_latencies_resampled():
     result = simulate.run_aa_engine(3000, trials=20, seed=13)
     assert result["pool"] >= 250                      # every successful request recorded from both engines
     assert result["any_gate_fail"] <= 0.05
-    assert result["overall"]["fail"] == 0.0
 
 
 @pytest.mark.slow
-def test_power_at_1_15_and_1_3():
-    at_5k = simulate.run_power(5000, 1.15, trials=40, seed=14)
-    assert at_5k["ttft_p99"]["fail"] >= 0.5           # DESIGN.md: 75% at 5k; measured 65% (60 trials)
-    assert at_5k["ttft_p99"]["pass"] == 0.0           # a real 15% regression never passes
-    at_3k = simulate.run_power(3000, 1.3, trials=30, seed=15)
-    assert at_3k["ttft_p99"]["fail"] >= 0.8           # DESIGN.md: 95% at 3k; measured 92% (60 trials)
+def test_power_for_1_15_at_3k_and_20k():
+    at_3k = simulate.run_power(3000, 1.15, trials=40, seed=14)
+    assert at_3k["ttft_p99"]["fail"] >= 0.7
+    assert at_3k["ttft_p99"]["pass"] == 0.0           # a real 15% regression never passes
+    at_20k = simulate.run_power(20000, 1.15, trials=20, seed=15)
+    assert at_20k["ttft_p99"]["fail"] >= 0.95
 
 
-def test_thin_data_is_inconclusive_not_pass():
-    doc = simulate.run_thin(seed=16)
-    assert doc["verdict"] == "inconclusive"
-    assert all(g["verdict"] == "inconclusive" for g in doc["gates"])
+@pytest.mark.slow
+def test_power_for_1_3_at_3k():
+    result = simulate.run_power(3000, 1.3, trials=40, seed=16)
+    assert result["ttft_p99"]["fail"] >= 0.95
 
 
-def test_mix_shift_scenario_reports_the_shift():
-    doc = simulate.run_mix_shift(5000, seed=17)
-    assert doc["mix_shift"]["significant"] is True
-    rows = {r["gate"]: r for r in doc["mix_shift"]["naive_vs_adjusted"]}
-    assert rows["TTFT p99"]["naive_change"] > 0.5
-    assert abs(rows["TTFT p99"]["adjusted_change"]) < 0.1
-    assert doc["verdict"] != "fail"
+@pytest.mark.slow
+def test_prompt_mix_shift_never_fails():
+    result = simulate.run_mix_trials(20000, trials=10, seed=17)
+    assert result["naive_p99_change_min"] >= 0.4
+    assert result["any_gate_fail"] == 0.0

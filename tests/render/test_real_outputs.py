@@ -82,7 +82,9 @@ def test_real_compare_result_shows_every_gate(compare_result):
     for gate in doc["gates"]:
         assert gate["name"] in text
         assert gate["rollback_criterion"] in text
-    assert page.count("<svg") == min(sum(1 for g in doc["gates"] if g.get("chart")), 16)
+    # one chart per gate, and the covariate check once per adjusted latency metric
+    residuals = len({g["metric"] for g in doc["gates"] if g.get("residual_chart")})
+    assert page.count("<svg") == min(sum(1 for g in doc["gates"] if g.get("chart")) + residuals, 16)
     assert network_references(page) == []
 
 
