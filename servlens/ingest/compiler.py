@@ -183,7 +183,7 @@ class CompiledProfile:
 
     def runs_sql(self) -> str:
         """The distinct run labels of the good rows (used when the run comes from the file)."""
-        return f"{self._with()}\nSELECT DISTINCT {self.run_expr} AS run FROM _last WHERE _ok ORDER BY 1"
+        return f"{self._with()}\nSELECT DISTINCT {self.run_expr} AS run FROM _last WHERE _ok AND _keep ORDER BY 1"
 
     def select(self, source_id_sql: str = "NULL", where_sql: str = "true") -> str:
         """The SELECT yielding REQUEST_COLUMNS in order; `source_id_sql` and `where_sql` may use `_run`."""
@@ -198,7 +198,7 @@ class CompiledProfile:
         body = ",\n  ".join(parts)
         return (
             f"{self._with()},\n_runs AS (SELECT *, CASE WHEN _ok THEN {self.run_expr} END AS _run FROM _last)\n"
-            f"SELECT\n  {body}\nFROM _runs WHERE (NOT _ok) OR ({where_sql})"
+            f"SELECT\n  {body}\nFROM _runs WHERE (NOT _ok) OR (_keep AND ({where_sql}))"
         )
 
 
@@ -326,8 +326,8 @@ def can_number_by_insert_order(profile: Profile, opts: CompileOptions) -> bool:
     """Whether the rows come out in line order, one per line, and nothing reads _line before the insert: a line
     reader, no explode, no window function (a window reorders rows) and no expression naming _line - except
     [derived] windows, which then run after the insert over the inserted rows."""
-    if profile.explode_path or profile.explode_zip:
-        return False
+    if profile.explode_path or profile.explode_zip or profile.where:
+        return False  # a filtered or exploded file does not give one row per line
     if not (profile.reader == "jsonl" or (profile.reader == "json" and not opts.json_multiline)):
         return False
     windowed = _windowed(profile)
@@ -366,6 +366,7 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
     attrs = {name: rw.rewrite(expr) for name, expr in profile.attrs.items()}
     lets = {name: rw.rewrite(expr) for name, expr in profile.let.items()}
     run_expr_profile = rw.rewrite(profile.run) if profile.run else None
+    where_expr = rw.rewrite(profile.where) if profile.where else None
     must = list(profile.detect_must) if profile.reader in ("jsonl", "json") else []
     must_refs = [rw.rewrite(f"j->>{sql_str(p)}") for p in must]
     zip_lists = {}
@@ -479,6 +480,9 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
         s1.append("CAST(NULL AS JSON) AS _attrs")
     s1.append(f"CASE WHEN _ok THEN CAST(({run_expr_profile}) AS VARCHAR) END AS _run_profile" if run_expr_profile
               else "CAST(NULL AS VARCHAR) AS _run_profile")
+    # The profile's row filter: a record it rejects is neither a row nor a bad line (a bad line is always kept).
+    s1.append(f"CASE WHEN _ok THEN coalesce(CAST({_try(where_expr, opts)} AS BOOLEAN), false) ELSE true END AS _keep"
+              if where_expr else "true AS _keep")
     ctes.append(("_s1", "SELECT " + ",\n  ".join(s1) + f" FROM {last}"))
 
     # Stage 2: the time split, derived only from what is there. TTFT never comes from e2e.

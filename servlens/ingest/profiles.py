@@ -26,7 +26,7 @@ INGESTER_COLUMNS = ("run", "source_id", "source_line", "attrs", "prompt_text", "
 MAPPABLE_COLUMNS = tuple(c for c in REQUEST_COLUMNS if c not in INGESTER_COLUMNS)
 _TOP_KEYS = {
     "name", "title", "description", "reader", "priority", "clock", "run", "detect", "explode", "let", "macros",
-    "columns", "text", "attrs", "units", "derived", "csv",
+    "columns", "text", "attrs", "units", "derived", "csv", "where",
 }
 _DETECT_KEYS = {"must", "may", "must_not", "columns", "may_columns", "filename"}
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -49,6 +49,7 @@ class Profile:
     priority: int = 0
     clock: str = "absolute"
     run: str | None = None
+    where: str | None = None  # a row filter: records (or exploded elements) for which it is not true give no row
     detect_must: list[str] = field(default_factory=list)
     detect_may: list[str] = field(default_factory=list)
     detect_must_not: list[str] = field(default_factory=list)
@@ -156,6 +157,9 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
     run = data.get("run")
     if run is not None and not isinstance(run, str):
         raise ConfigError(f"Profile {name}: run must be an SQL expression string")
+    where = data.get("where")
+    if where is not None and not isinstance(where, str):
+        raise ConfigError(f"Profile {name}: where must be an SQL expression string")
     filename = detect.get("filename")
     if filename is not None:
         try:
@@ -171,6 +175,7 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
         priority=priority,
         clock=clock,
         run=run,
+        where=where,
         detect_must=_strings(detect.get("must"), "detect.must", name),
         detect_may=_strings(detect.get("may"), "detect.may", name),
         detect_must_not=_strings(detect.get("must_not"), "detect.must_not", name),

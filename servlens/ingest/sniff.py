@@ -203,7 +203,8 @@ def sniff(path: Path, profiles: list[Profile], sample: FileSample | None = None)
         score, share, missing = score_profile(profile, sample, path.name)
         if score > 0 and (best is None or (score, profile.priority) > best[:2]):
             best = (score, profile.priority, profile)
-        if share > 0 and (nearest is None or (share, profile.priority) > nearest[:2]):
+        # A "nearest" format shares at least half of its required fields: one common key (`object`, `id`) is no hint.
+        if share >= 0.5 and (nearest is None or (share, profile.priority) > nearest[:2]):
             nearest = (share, profile.priority, profile, missing)
     if best:
         return SniffResult(best[2], sample, best[0])
