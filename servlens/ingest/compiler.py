@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 
 from servlens.errors import redact_sql
-from servlens.ingest.profiles import MAPPABLE_COLUMNS, Profile
+from servlens.ingest.profiles import MAPPABLE_COLUMNS, Profile, Wrapper
 from servlens.store.schema import REQUEST_COLUMNS
 
 BAD_ROW_STATUS = "__bad__"
@@ -136,6 +136,26 @@ class CompileOptions:
     # source_line left NULL for the ingester to set from the insert order; [derived] windows left for after the
     # insert (only where can_number_by_insert_order says so)
     lines_by_insert_order: bool = False
+    wrapper: Wrapper | None = None  # a log store's envelope found by sniffing, undone before the profile's [unwrap]
+
+
+def unwrap_steps(profile: Profile, opts: CompileOptions) -> list[tuple[str, str]]:
+    """(kind, path) steps from a line to the profile's records: the log store's wrapper, then the profile's own."""
+    steps = [(opts.wrapper.kind, opts.wrapper.path)] if opts.wrapper else []
+    return steps + list(profile.unwrap.items())
+
+
+def _unwrap_sql(kind: str, path: str, source: str) -> str:
+    """One unwrap step over rows (_line, _text). A line without the wrapper's field is kept whole, so that it becomes a
+    bad line with its own keys (never dropped silently); a list of records gives one row per record."""
+    p = sql_str(path)
+    if kind == "record":
+        return f"SELECT _line, coalesce(CAST(try(json_extract(_text, {p})) AS VARCHAR), _text) AS _text FROM {source}"
+    if kind == "record_text":
+        return f"SELECT _line, coalesce(try(json_extract_string(_text, {p})), _text) AS _text FROM {source}"
+    func = "json_extract" if kind == "records" else "json_extract_string"
+    return (f"SELECT _line, unnest(coalesce(try(CAST({func}(_text, {p}) AS VARCHAR[])), [_text])) AS _text "
+            f"FROM {source}")
 
 
 @dataclass
@@ -277,10 +297,10 @@ def _raw_source(profile: Profile, opts: CompileOptions) -> tuple[str, bool]:
     # insert order (an INSERT keeps the file's order: preserve_insertion_order).
     number = "CAST(NULL AS BIGINT)" if opts.lines_by_insert_order else "row_number() OVER ()"
     lines = f"SELECT {number} AS _line, line AS _text FROM {line_reader_sql(opts.path, opts.compression, longest)}"
-    if profile.reader == "jsonl" or (profile.reader == "json" and not opts.json_multiline):
+    if profile.reader in ("jsonl", "json") and not opts.json_multiline:
         # One JSON value per line (a vLLM bench result is one line; --append-result adds one line per run).
         return lines, True
-    if profile.reader == "json":
+    if profile.reader in ("jsonl", "json"):
         # One pretty-printed document spread over many lines: the document is line 1.
         return f"SELECT 1 AS _line, string_agg(_text, chr(10) ORDER BY _line) AS _text FROM ({lines}) HAVING count(*) > 0", True
     if profile.reader == "csv":
@@ -326,8 +346,9 @@ def can_number_by_insert_order(profile: Profile, opts: CompileOptions) -> bool:
     """Whether the rows come out in line order, one per line, and nothing reads _line before the insert: a line
     reader, no explode, no window function (a window reorders rows) and no expression naming _line - except
     [derived] windows, which then run after the insert over the inserted rows."""
-    if profile.explode_path or profile.explode_zip or profile.where:
-        return False  # a filtered or exploded file does not give one row per line
+    if profile.explode_path or profile.explode_zip or profile.where or any(
+            kind.startswith("records") for kind, _ in unwrap_steps(profile, opts)):
+        return False  # a filtered, exploded or unwrapped-list file does not give one row per line
     if not (profile.reader == "jsonl" or (profile.reader == "json" and not opts.json_multiline)):
         return False
     windowed = _windowed(profile)
@@ -367,7 +388,9 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
     lets = {name: rw.rewrite(expr) for name, expr in profile.let.items()}
     run_expr_profile = rw.rewrite(profile.run) if profile.run else None
     where_expr = rw.rewrite(profile.where) if profile.where else None
-    must = list(profile.detect_must) if profile.reader in ("jsonl", "json") else []
+    # detect.must paths are required of every record; a profile that unwraps its own records ([unwrap]) names the
+    # outer document's paths there instead (for sniffing), so its records are not held to them.
+    must = list(profile.detect_must) if profile.reader in ("jsonl", "json") and not profile.unwrap else []
     must_refs = [rw.rewrite(f"j->>{sql_str(p)}") for p in must]
     zip_lists = {}
     for name, value in profile.explode_zip.items():
@@ -379,6 +402,9 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
     raw, is_json = _raw_source(profile, opts)
     ctes: list[tuple[str, str]] = [("_raw", raw)]
     if is_json:
+        for n, (kind, path) in enumerate(unwrap_steps(profile, opts)):
+            ctes[-1] = (f"_raw{n}", ctes[-1][1])
+            ctes.append(("_raw", _unwrap_sql(kind, path, f"_raw{n}")))
         # Each line is parsed once: the multi-path extraction itself, inside try() so a line that is not JSON gives
         # NULL instead of failing the file (json_valid first would parse every line twice). "Is an object" is read
         # from the first character. There is no WHERE (DuckDB would push it below the parse): blank lines come out

@@ -26,8 +26,48 @@ INGESTER_COLUMNS = ("run", "source_id", "source_line", "attrs", "prompt_text", "
 MAPPABLE_COLUMNS = tuple(c for c in REQUEST_COLUMNS if c not in INGESTER_COLUMNS)
 _TOP_KEYS = {
     "name", "title", "description", "reader", "priority", "clock", "run", "detect", "explode", "let", "macros",
-    "columns", "text", "attrs", "units", "derived", "csv", "where",
+    "columns", "text", "attrs", "units", "derived", "csv", "where", "unwrap", "extends",
 }
+# How a record sits inside what the file holds (an [unwrap] step, or a log store's wrapper):
+#   record      a JSON path to the one record inside each line/document ($._source)
+#   record_text a JSON path to a field holding the record as JSON TEXT ($.line)
+#   records     a JSON path to a list of records ($.hits.hits[*]._source, $.data[*])
+#   records_text a JSON path to a list of fields holding records as JSON text ($.events[*].message)
+UNWRAP_KINDS = ("record", "record_text", "records", "records_text")
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """A log store's envelope around the records of any format: found by sniffing, undone before the profile reads."""
+
+    name: str
+    title: str
+    kind: str  # one of UNWRAP_KINDS
+    path: str
+    detect: tuple[str, ...]  # JSON paths every wrapped line has
+
+
+# The envelopes of the log stores operators export from. Every profile works inside each of them (docs/profiles.md).
+WRAPPERS = (
+    # elasticdump / OpenSearch dump NDJSON: {"_index", "_id", "_source": {...}} per line
+    Wrapper("elasticsearch-source", "Elasticsearch/OpenSearch documents ({_index, _id, _source} per line)",
+            "record", "$._source", ("$._index", "$._source")),
+    # a saved _search answer: {"hits": {"hits": [{"_source": {...}}]}}
+    Wrapper("elasticsearch-search", "Elasticsearch/OpenSearch _search answer (hits.hits[*]._source)",
+            "records", "$.hits.hits[*]._source", ("$.hits.hits",)),
+    # Grafana Loki `logcli query --output=jsonl`: {"timestamp", "labels", "line": "<the app's line as text>"}
+    Wrapper("loki-logcli", "Grafana Loki logcli --output=jsonl ({timestamp, labels, line})",
+            "record_text", "$.line", ("$.line", "$.timestamp", "$.labels")),
+    # `aws logs filter-log-events` / get-log-events answer: {"events": [{"timestamp", "message": "<json text>"}]}
+    Wrapper("cloudwatch-events", "CloudWatch Logs events answer (events[*].message as JSON text)",
+            "records_text", "$.events[*].message", ("$.events[0].message", "$.events[0].timestamp")),
+    # CloudWatch Logs Insights / Datadog log exports, one event per line with the record as JSON text in `message`
+    Wrapper("message-json", "log events with the record as JSON text in `message` (CloudWatch, Datadog exports)",
+            "record_text", "$.message", ("$.message",)),
+    # Datadog Logs API answer: {"data": [{"attributes": {"message": "<json text>"}}]}
+    Wrapper("datadog-logs", "Datadog Logs API answer (data[*].attributes.message as JSON text)",
+            "records_text", "$.data[*].attributes.message", ("$.data[0].attributes.message",)),
+)
 _DETECT_KEYS = {"must", "may", "must_not", "columns", "may_columns", "filename"}
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _TEXT_ATTR_RE = re.compile(
@@ -50,6 +90,7 @@ class Profile:
     clock: str = "absolute"
     run: str | None = None
     where: str | None = None  # a row filter: records (or exploded elements) for which it is not true give no row
+    unwrap: dict[str, str] = field(default_factory=dict)  # {kind: path}: where the record sits in each line
     detect_must: list[str] = field(default_factory=list)
     detect_may: list[str] = field(default_factory=list)
     detect_must_not: list[str] = field(default_factory=list)
@@ -160,6 +201,13 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
     where = data.get("where")
     if where is not None and not isinstance(where, str):
         raise ConfigError(f"Profile {name}: where must be an SQL expression string")
+    unwrap = data.get("unwrap", {})
+    if not isinstance(unwrap, dict) or len(unwrap) > 1 or set(unwrap) - set(UNWRAP_KINDS) or not all(
+            isinstance(v, str) and v.startswith("$") for v in unwrap.values()):
+        raise ConfigError(f"Profile {name}: [unwrap] takes one of {', '.join(UNWRAP_KINDS)} = a JSON path",
+                          "See docs/profiles.md")
+    if unwrap and reader not in ("jsonl", "json"):
+        raise ConfigError(f"Profile {name}: [unwrap] needs a JSON reader (jsonl or json)")
     filename = detect.get("filename")
     if filename is not None:
         try:
@@ -176,6 +224,7 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
         clock=clock,
         run=run,
         where=where,
+        unwrap=dict(unwrap),
         detect_must=_strings(detect.get("must"), "detect.must", name),
         detect_may=_strings(detect.get("may"), "detect.may", name),
         detect_must_not=_strings(detect.get("must_not"), "detect.must_not", name),
@@ -196,6 +245,41 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
     )
 
 
+def _merge_extends(data: dict, path: str, raw_of: dict[str, dict], seen: tuple[str, ...] = ()) -> dict:
+    """A profile with `extends = "NAME"` starts from that built-in profile: each of its tables is merged key by key
+    with the child's ([detect] too, key by key), every other key the child gives replaces the parent's."""
+    parent_name = data.get("extends")
+    if parent_name is None:
+        return data
+    if not isinstance(parent_name, str) or parent_name not in raw_of:
+        raise ConfigError(f"Profile {path}: extends '{parent_name}', which is not a built-in profile",
+                          "See 'servlens formats' for the names")
+    if parent_name in seen:
+        raise ConfigError(f"Profile {path}: extends loops through '{parent_name}'")
+    parent = _merge_extends(raw_of[parent_name], parent_name, raw_of, (*seen, parent_name))
+    merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in parent.items() if k not in ("name", "extends")}
+    for key, value in data.items():
+        if key == "extends":
+            continue
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _builtin_raw() -> dict[str, dict]:
+    raw = {}
+    for entry in resources.files("servlens.profiles").iterdir():
+        if entry.name.endswith(".toml"):
+            data = tomllib.loads(entry.read_text(encoding="utf-8"))
+            name = str(data.get("name", entry.name))
+            if name in raw:
+                raise ConfigError(f"Two built-in profiles share the name(s) {name}")
+            raw[name] = {**data, "_file": entry.name}
+    return raw
+
+
 def load_profile_file(path: str | Path) -> Profile:
     """Load a user's profile (--profile FILE)."""
     path = Path(path)
@@ -205,6 +289,9 @@ def load_profile_file(path: str | Path) -> Profile:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"Profile {path} is not valid TOML: {exc}", "Fix the file; docs/profiles.md has examples") from exc
+    if "extends" in data:
+        raw = {k: {kk: vv for kk, vv in v.items() if kk != "_file"} for k, v in _builtin_raw().items()}
+        data = _merge_extends(data, str(path), raw)
     return parse_profile(data, str(path))
 
 
@@ -216,10 +303,11 @@ def builtin_profiles() -> list[Profile]:
     global _BUILTIN_CACHE
     if _BUILTIN_CACHE is None:
         found = []
-        for entry in resources.files("servlens.profiles").iterdir():
-            if entry.name.endswith(".toml"):
-                data = tomllib.loads(entry.read_text(encoding="utf-8"))
-                found.append(parse_profile(data, f"servlens/profiles/{entry.name}", builtin=True))
+        files = _builtin_raw()
+        raw = {k: {kk: vv for kk, vv in v.items() if kk != "_file"} for k, v in files.items()}
+        for name, data in raw.items():
+            where = f"servlens/profiles/{files[name]['_file']}"
+            found.append(parse_profile(_merge_extends(data, where, raw), where, builtin=True))
         names = [p.name for p in found]
         duplicates = {n for n in names if names.count(n) > 1}
         if duplicates:
