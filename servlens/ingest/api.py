@@ -25,7 +25,14 @@ import duckdb
 from servlens.errors import ConfigError, InputError
 from servlens.ingest import sources as src
 from servlens.ingest.engine_info import EngineInfo, apply_engine_info, read_engine_info
-from servlens.ingest.profiles import WRAPPERS, Profile, Wrapper, builtin_profiles, get_profile, load_profile_file
+from servlens.ingest.profiles import (
+    WRAPPERS,
+    Profile,
+    Wrapper,
+    builtin_profiles,
+    get_profile,
+    load_profile_file,
+)
 from servlens.ingest.requests import SourceResult, column_coverage, ingest_request_file
 from servlens.ingest.sniff import FileSample, sample_file, score_profile, sniff, unwrap_sample
 
@@ -128,6 +135,10 @@ def _plan(path: Path, named: bool, profiles: list[Profile], forced: Profile | No
     if forced is not None:
         return _plan_forced(path, named, profiles, forced, sample, metrics_format)
     result = sniff(path, profiles, sample)
+    if result.profile is not None and result.profile.reader == "lines" and not named:
+        # A console log mostly repeats what the request log beside it says: read only when named.
+        return _Plan(path, named, "skip", sample=sample,
+                     reason=f"{result.profile.title}: name the file to read it ({result.profile.name})")
     if result.profile is not None:
         return _Plan(path, named, "requests", profile=result.profile, sample=sample, wrapper=result.wrapper)
     if sample.problem and sample.shape in (None, "text", "binary"):
@@ -266,10 +277,12 @@ def ingest_inputs(
                     # Recognised, yet not one row: a named file is an error, a file in a folder a listed skip.
                     reason = _drop_rowless_source(con, result, plan.profile)
                     if plan.named:
-                        raise InputError(f"{plan.path} looks like {plan.profile.name} but gave no rows: {reason}",
-                                         "Name the format that fits with --from NAME (see 'servlens formats'), or "
-                                         "describe yours with --profile FILE (docs/profiles.md)")
-                    report.skipped.append({"path": str(plan.path), "reason": f"{plan.profile.name}, but no rows: {reason}"})
+                        raise InputError(
+                            f"{plan.path} looks like {plan.profile.name} but gave no rows: {reason}",
+                            "Name the format that fits with --from NAME (see 'servlens formats'), or "
+                            "describe yours with --profile FILE (docs/profiles.md)")
+                    report.skipped.append({"path": str(plan.path),
+                                           "reason": f"{plan.profile.name}, but no rows: {reason}"})
                     continue
                 request_results.append((len(report.sources), result))
                 report.sources.append(result.to_dict())
@@ -301,13 +314,15 @@ def ingest_inputs(
                 report.sources[position] = result.to_dict()
     report.runs = list(dict.fromkeys(touched))
     if not report.sources and not any(p.named for p in plans):
-        # Folders and globs that held nothing servlens could read: an input error, not "Nothing ingested" and exit 0.
+        # Folders and globs that held nothing servlens could read: an input error, not exit 0.
         # Files that were recognised and still gave no row say the most: they come first.
         shown = sorted(report.skipped, key=lambda item: ", but no rows: " not in item["reason"])[:3]
         detail = "; ".join(f"{Path(item['path']).name}: {item['reason']}" for item in shown)
-        raise InputError(f"Nothing was ingested from {', '.join(str(i) for i in [*inputs, *metrics_inputs])}: "
-                         f"{len(report.skipped)} file(s) skipped" + (f" ({detail})" if detail else ""),
-                         "Name the format with --from NAME (see 'servlens formats') or describe yours with --profile FILE")
+        named = ", ".join(str(i) for i in [*inputs, *metrics_inputs])
+        raise InputError(f"Nothing was ingested from {named}: {len(report.skipped)} file(s) skipped"
+                         + (f" ({detail})" if detail else ""),
+                         "Name the format with --from NAME (see 'servlens formats') or describe yours with "
+                         "--profile FILE")
     return report
 
 
@@ -327,7 +342,8 @@ def _drop_rowless_source(con: duckdb.DuckDBPyConnection, result: SourceResult, p
         for source_id in result.source_ids:
             src.delete_source(con, source_id)
         for run in result.runs:
-            con.execute("DELETE FROM runs WHERE run = ? AND NOT EXISTS (SELECT 1 FROM sources WHERE run = ?)", [run, run])
+            con.execute("DELETE FROM runs WHERE run = ? AND NOT EXISTS (SELECT 1 FROM sources WHERE run = ?)",
+                        [run, run])
     return reason
 
 

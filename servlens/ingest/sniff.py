@@ -32,6 +32,7 @@ class FileSample:
     records: list = field(default_factory=list)  # parsed JSON values (jsonl lines or json documents)
     header: list[str] = field(default_factory=list)  # CSV / Parquet column names
     json_multiline: bool = False  # one JSON document over many lines
+    lines: list[str] = field(default_factory=list)  # text: the first lines (for line-reader profiles)
     problem: str | None = None  # why nothing could be sampled
 
 
@@ -89,7 +90,9 @@ def sample_file(path: Path) -> FileSample:
         return FileSample("csv", header=[h.strip() for h in header])
     stripped = text.lstrip()
     if stripped[:1] not in ("{", "["):
-        return FileSample("text", problem="plain text, not JSON or CSV")
+        lines = text.splitlines()
+        return FileSample("text", problem="plain text, not JSON or CSV",
+                          lines=lines[:-1] if not complete else lines)
     lines = text.splitlines()
     if not complete:
         lines = lines[:-1]  # the last line may be cut off
@@ -182,7 +185,8 @@ def unwrap_sample(sample: FileSample, wrapper: Wrapper) -> FileSample | None:
                 inner.append(value)
     if not inner:
         return None
-    # The inner records are read one per record, whatever the envelope's layout (a _search answer is one document).
+    # The inner records are read one per record, whatever the envelope's layout (a _search answer is one
+    # document).
     return FileSample("jsonl", records=inner[:SAMPLE_LINES], json_multiline=False)
 
 
@@ -197,6 +201,12 @@ def _reader_fits(profile: Profile, sample: FileSample) -> bool:
 def score_profile(profile: Profile, sample: FileSample, name: str) -> tuple[float, float, list[str]]:
     """(score, share of must-paths found in the best record, paths missing there); score 0 = no match."""
     filename_bonus = 5.0 if profile.detect_filename and re.search(profile.detect_filename, name) else 0.0
+    if profile.reader == "lines" or sample.shape == "text":
+        # A console log: the profile's detect.line must match one of the first lines.
+        if profile.reader != "lines" or sample.shape != "text" or not profile.detect_line:
+            return 0.0, 0.0, []
+        found = any(re.search(profile.detect_line, line) for line in sample.lines)
+        return (100.0 + filename_bonus, 1.0, []) if found else (0.0, 0.0, [])
     if sample.shape in ("csv", "parquet"):
         header = set(sample.header)
         missing = [c for c in profile.detect_columns if c not in header]
@@ -231,7 +241,8 @@ def score_profile(profile: Profile, sample: FileSample, name: str) -> tuple[floa
     return 100.0 * matched / len(records) + 10.0 * may_hits / matched + filename_bonus, best_share, best_missing
 
 
-def sniff(path: Path, profiles: list[Profile], sample: FileSample | None = None, look_inside: bool = True) -> SniffResult:
+def sniff(path: Path, profiles: list[Profile], sample: FileSample | None = None,
+          look_inside: bool = True) -> SniffResult:
     """The best-fitting profile for `path` (None if nothing fits, with the nearest miss named)."""
     sample = sample or sample_file(path)
     best: tuple[float, int, Profile] | None = None
@@ -240,7 +251,7 @@ def sniff(path: Path, profiles: list[Profile], sample: FileSample | None = None,
         score, share, missing = score_profile(profile, sample, path.name)
         if score > 0 and (best is None or (score, profile.priority) > best[:2]):
             best = (score, profile.priority, profile)
-        # A "nearest" format shares at least half of its required fields: one common key (`object`, `id`) is no hint.
+        # A "nearest" format shares at least half of its required fields: one common key (`id`) is no hint.
         if share >= 0.5 and (nearest is None or (share, profile.priority) > nearest[:2]):
             nearest = (share, profile.priority, profile, missing)
     if best:

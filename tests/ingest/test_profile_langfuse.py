@@ -31,3 +31,14 @@ def test_generations_become_rows_with_units(path, fmt):
     assert (failed["status"], failed["prompt_tokens"], failed["completion_tokens"]) == ("error", None, None)
     assert failed["error_message"].startswith("429 Resource has been exhausted")
     assert failed["ttft_s"] is None and failed["max_tokens"] == 512 and failed["finish_reason"] == "error"
+
+
+def test_csv_export_reads_the_same_generations():
+    path = FORMATS / "langfuse" / "observations-export.csv"
+    assert sniffed_name(path) == "langfuse-observations-csv"
+    source, rows, _ = ingest_rows(path, order="t_arrival")
+    assert (source["rows"], source["bad_lines"]) == (2, 0)
+    gen, failed = rows
+    assert (gen["prompt_tokens"], gen["cached_tokens"], gen["completion_tokens"]) == (1024, 1000, 1407)
+    assert gen["ttft_s"] == pytest.approx(6.322) and gen["e2e_s"] == pytest.approx(7.878)
+    assert (failed["status"], failed["prompt_tokens"]) == ("error", None)
