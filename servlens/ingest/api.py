@@ -313,17 +313,22 @@ def ingest_inputs(
                 result.columns_filled = column_coverage(con, f"source_id IN ({ids})")
                 report.sources[position] = result.to_dict()
     report.runs = list(dict.fromkeys(touched))
-    if not report.sources and not any(p.named for p in plans):
-        # Folders and globs that held nothing servlens could read: an input error, not exit 0.
-        # Files that were recognised and still gave no row say the most: they come first.
-        shown = sorted(report.skipped, key=lambda item: ", but no rows: " not in item["reason"])[:3]
-        detail = "; ".join(f"{Path(item['path']).name}: {item['reason']}" for item in shown)
-        named = ", ".join(str(i) for i in [*inputs, *metrics_inputs])
-        raise InputError(f"Nothing was ingested from {named}: {len(report.skipped)} file(s) skipped"
-                         + (f" ({detail})" if detail else ""),
-                         "Name the format with --from NAME (see 'servlens formats') or describe yours with "
-                         "--profile FILE")
     return report
+
+
+def check_something_ingested(report: IngestReport, inputs: list[str] | tuple[str, ...]) -> None:
+    """`servlens ingest` of folders or globs that held nothing servlens could read is an input error (exit 2), not
+    "Nothing ingested" and exit 0; the first reasons for the skips say why. (A file the user named that gave
+    nothing has already raised.) analyze and compare say it in their own words."""
+    if report.sources or not report.skipped or all(Path(i).is_file() for i in inputs):
+        return  # something was read, or only named files were given (each was judged on its own)
+    # Files that were recognised and still gave no row say the most: they come first.
+    shown = sorted(report.skipped, key=lambda item: ", but no rows: " not in item["reason"])[:3]
+    detail = "; ".join(f"{Path(item['path']).name}: {item['reason']}" for item in shown)
+    raise InputError(f"Nothing was ingested from {', '.join(str(i) for i in inputs)}: "
+                     f"{len(report.skipped)} file(s) skipped ({detail})",
+                     "Name the format with --from NAME (see 'servlens formats') or describe yours with "
+                     "--profile FILE")
 
 
 def _drop_rowless_source(con: duckdb.DuckDBPyConnection, result: SourceResult, profile: Profile) -> str:

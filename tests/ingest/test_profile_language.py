@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from servlens.errors import ConfigError, InputError
-from servlens.ingest.api import ingest_inputs
+from servlens.ingest.api import check_something_ingested, ingest_inputs
 from servlens.store.schema import open_store
 from tests.ingest.format_rows import FORMATS, ingest_rows
 
@@ -55,8 +55,9 @@ def test_a_named_file_recognised_but_without_rows_is_exit_2(tmp_path):
 def test_a_folder_with_nothing_ingested_is_exit_2_and_lists_why(tmp_path):
     (tmp_path / "http-only.jsonl").write_text(HTTP_ONLY_SPANS)
     (tmp_path / "notes.txt").write_text("hello\n")
+    report = ingest_inputs(open_store(None), [str(tmp_path)], run="t")
     with pytest.raises(InputError) as caught:
-        ingest_inputs(open_store(None), [str(tmp_path)], run="t")
+        check_something_ingested(report, [str(tmp_path)])
     assert str(caught.value).startswith(
         f"Nothing was ingested from {tmp_path}: 2 file(s) skipped (http-only.jsonl: otel-genai-spans, but no rows: "
         "no record holds an element the profile reads as a request; notes.txt: plain text).")
@@ -69,3 +70,17 @@ def test_a_folder_keeps_the_good_files_and_lists_the_rowless_one(tmp_path):
     assert [s["rows"] for s in report.sources] == [4]
     assert report.skipped == [{"path": str(tmp_path / "http-only.jsonl"), "reason": (
         "otel-genai-spans, but no rows: no record holds an element the profile reads as a request")}]
+
+
+def test_servlens_ingest_of_a_folder_that_gave_nothing_exits_2(tmp_path):
+    import subprocess
+    import sys
+
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "http-only.jsonl").write_text(HTTP_ONLY_SPANS)
+    done = subprocess.run([sys.executable, "-m", "servlens", "--db", str(tmp_path / "s.duckdb"), "ingest", str(folder)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"Error: Nothing was ingested from {folder}: 1 file(s) skipped (http-only.jsonl: "
+                                  "otel-genai-spans, but no rows:")
