@@ -38,8 +38,8 @@ def test_ingest_a_folder_then_list_runs(tmp_path):
             "burst50, fresh_cache, fresh_nocache, poisson, prefix_cache, prefix_nocache; attrs.parallel, context_window)"
             in lines)
     assert "Skipped 11 files:" in lines
-    assert ("  llama-server-prefix-fresh.log, llama-server.log: a server or console log (no per-request records)"
-            in lines)
+    assert ("  llama-server-prefix-fresh.log, llama-server.log: llama.cpp llama-server console log (slot print_timing "
+            "lines, relative clock): name the file to read it (llama-server-log)" in lines)
     assert "  models.json, summary.jsonl: no format profile recognises it" in lines
     assert ("  slots_burst50_end.json, slots_fresh_cache_end.json, slots_fresh_nocache_end.json, slots_poisson_end.json, "
             "… (6 files): llama.cpp /slots: 4 slots of 2,048 tokens; agrees with props.json, which is used") in lines
@@ -121,14 +121,14 @@ def test_unknown_format_exits_2_naming_the_formats(tmp_path):
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == (
         f"Error: {models} is not in a format servlens knows (no format profile recognises it). Known formats: "
-        "azure-llm-trace, burstgpt-trace, " + _others() + "plus Prometheus text/OpenMetrics and query_range JSON; name "
+        + _others() + "plus Prometheus text/OpenMetrics and query_range JSON; name "
         "one with --from NAME or describe yours with --profile FILE (docs/profiles.md).\n")
 
 
 def _others() -> str:
     from servlens.ingest.profiles import builtin_profiles
 
-    names = [p.name for p in builtin_profiles() if p.name not in ("azure-llm-trace", "burstgpt-trace")]
+    names = [p.name for p in builtin_profiles()]
     return "".join(f"{n}, " for n in names)
 
 

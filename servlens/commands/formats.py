@@ -77,6 +77,13 @@ def formats(profile_file, verbose, output_format, out):
             for column, unit in entry["units"].items():
                 lines.append(f"    {column}: {unit}")
         lines.append("")
+    from servlens.ingest.profiles import WRAPPERS
+
+    lines.append("Log-store wrappers (found by sniffing; every request-log format is read inside each):")
+    lines.append("")
+    for wrapper in WRAPPERS:
+        lines.append(f"{wrapper.name}  {wrapper.title}")
+    lines.append("")
     lines.append("Metrics formats (routed automatically, or servlens ingest --metrics PATH):")
     lines.append("")
     for name, title in METRICS_FORMATS:

@@ -42,7 +42,7 @@ def ingest(ctx, inputs, run, from_format, profile_file, metrics_inputs, keep_tex
         servlens ingest tests/data/shared/real-engine/llamacpp/
         servlens ingest --metrics scrapes/ --run before
     """
-    from servlens.ingest.api import ingest_inputs
+    from servlens.ingest.api import check_something_ingested, ingest_inputs
     from servlens.ingest.summary import ingest_text
     from servlens.store.schema import open_store
 
@@ -56,6 +56,7 @@ def ingest(ctx, inputs, run, from_format, profile_file, metrics_inputs, keep_tex
         )
     finally:
         con.close()
+    check_something_ingested(report, [*inputs, *metrics_inputs])
     document = report.to_dict()
     if output_format == "json":
         text = json.dumps(document, indent=2, default=str)

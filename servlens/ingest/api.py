@@ -25,9 +25,16 @@ import duckdb
 from servlens.errors import ConfigError, InputError
 from servlens.ingest import sources as src
 from servlens.ingest.engine_info import EngineInfo, apply_engine_info, read_engine_info
-from servlens.ingest.profiles import Profile, builtin_profiles, get_profile, load_profile_file
+from servlens.ingest.profiles import (
+    WRAPPERS,
+    Profile,
+    Wrapper,
+    builtin_profiles,
+    get_profile,
+    load_profile_file,
+)
 from servlens.ingest.requests import SourceResult, column_coverage, ingest_request_file
-from servlens.ingest.sniff import FileSample, sample_file, score_profile, sniff
+from servlens.ingest.sniff import FileSample, sample_file, score_profile, sniff, unwrap_sample
 
 INGEST_SCHEMA_VERSION = 1
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
@@ -76,6 +83,7 @@ class _Plan:
     sample: FileSample | None = None
     metrics_format: str | None = None
     reason: str | None = None
+    wrapper: Wrapper | None = None  # the log store's envelope the records sit in
 
 
 def parse_start(value: str | datetime | None) -> datetime | None:
@@ -127,8 +135,12 @@ def _plan(path: Path, named: bool, profiles: list[Profile], forced: Profile | No
     if forced is not None:
         return _plan_forced(path, named, profiles, forced, sample, metrics_format)
     result = sniff(path, profiles, sample)
+    if result.profile is not None and result.profile.reader == "lines" and not named:
+        # A console log mostly repeats what the request log beside it says: read only when named.
+        return _Plan(path, named, "skip", sample=sample,
+                     reason=f"{result.profile.title}: name the file to read it ({result.profile.name})")
     if result.profile is not None:
-        return _Plan(path, named, "requests", profile=result.profile, sample=sample)
+        return _Plan(path, named, "requests", profile=result.profile, sample=sample, wrapper=result.wrapper)
     if sample.problem and sample.shape in (None, "text", "binary"):
         reason = _NOT_DATA.get(src.base_suffix(path)) or sample.problem
     else:
@@ -149,6 +161,12 @@ def _plan_forced(path: Path, named: bool, profiles: list[Profile], forced: Profi
     A file whose shape could not be told (a CSV without a .csv suffix, say) is read with the profile as asked."""
     fits = forced.reader == sample.shape or (forced.reader in ("json", "jsonl") and sample.shape in ("json", "jsonl"))
     known_shape = sample.shape in _SHAPES and not sample.problem
+    if known_shape and sample.shape in ("jsonl", "json") and score_profile(forced, sample, path.name)[2]:
+        # The records may sit inside a log store's envelope: the forced format is then read inside it.
+        for wrapper in WRAPPERS:
+            inner = unwrap_sample(sample, wrapper)
+            if inner is not None and not score_profile(forced, inner, path.name)[2]:
+                return _Plan(path, named, "requests", profile=forced, sample=sample, wrapper=wrapper)
     problem = None
     if known_shape and not fits:
         problem = f"{_SHAPES[sample.shape]}, but the {forced.name} profile reads {_READS[forced.reader]}"
@@ -254,8 +272,19 @@ def ingest_inputs(
             if plan.kind == "requests":
                 result = ingest_request_file(
                     con, plan.path, plan.profile, run=run, keep_text=keep_text, strict=strict, start=start_dt, tz=tz,
-                    json_multiline=bool(plan.sample and plan.sample.json_multiline),
+                    json_multiline=bool(plan.sample and plan.sample.json_multiline), wrapper=plan.wrapper,
                 )
+                if result.rows == 0 and not result.skipped:
+                    # Recognised, yet not one row: a named file is an error, a file in a folder a listed skip.
+                    reason = _drop_rowless_source(con, result, plan.profile)
+                    if plan.named:
+                        raise InputError(
+                            f"{plan.path} looks like {plan.profile.name} but gave no rows: {reason}",
+                            "Name the format that fits with --from NAME (see 'servlens formats'), or "
+                            "describe yours with --profile FILE (docs/profiles.md)")
+                    report.skipped.append({"path": str(plan.path),
+                                           "reason": f"{plan.profile.name}, but no rows: {reason}"})
+                    continue
                 request_results.append((len(report.sources), result))
                 report.sources.append(result.to_dict())
                 touched.extend(result.runs)
@@ -312,6 +341,42 @@ def _run_of_request_log(plan: _Plan, request_results: list[tuple[int, SourceResu
         if len(every) == 1:
             return every.pop()
     return None
+
+
+def check_something_ingested(report: IngestReport, inputs: list[str] | tuple[str, ...]) -> None:
+    """`servlens ingest` of folders or globs that held nothing servlens could read is an input error (exit 2), not
+    "Nothing ingested" and exit 0; the first reasons for the skips say why. (A file the user named that gave
+    nothing has already raised.) analyze and compare say it in their own words."""
+    if report.sources or not report.skipped or all(Path(i).is_file() for i in inputs):
+        return  # something was read, or only named files were given (each was judged on its own)
+    # Files that were recognised and still gave no row say the most: they come first.
+    shown = sorted(report.skipped, key=lambda item: ", but no rows: " not in item["reason"])[:3]
+    detail = "; ".join(f"{Path(item['path']).name}: {item['reason']}" for item in shown)
+    raise InputError(f"Nothing was ingested from {', '.join(str(i) for i in inputs)}: "
+                     f"{len(report.skipped)} file(s) skipped ({detail})",
+                     "Name the format with --from NAME (see 'servlens formats') or describe yours with "
+                     "--profile FILE")
+
+
+def _drop_rowless_source(con: duckdb.DuckDBPyConnection, result: SourceResult, profile: Profile) -> str:
+    """Remove the sources of a file that gave no row (and runs left empty); say why it gave none."""
+    if result.bad_lines and result.first_errors:
+        first = result.first_errors[0]
+        where = f"line {first['line']}" if first.get("line") is not None else "the file"
+        reason = f"all {result.bad_lines} record line(s) are bad (first: {where}: {first['reason']})"
+    elif profile.where:
+        reason = "no record passed the profile's row filter (where)"
+    elif profile.explode_path or profile.explode_zip:
+        reason = "no record holds an element the profile reads as a request"
+    else:
+        reason = "the file holds no record"
+    with src.one_transaction(con):
+        for source_id in result.source_ids:
+            src.delete_source(con, source_id)
+        for run in result.runs:
+            con.execute("DELETE FROM runs WHERE run = ? AND NOT EXISTS (SELECT 1 FROM sources WHERE run = ?)",
+                        [run, run])
+    return reason
 
 
 def _ingest_metrics(con, metrics, plan: _Plan, *, run, at, index, keep_text: bool, strict: bool) -> dict:

@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 
 from servlens.errors import redact_sql
-from servlens.ingest.profiles import MAPPABLE_COLUMNS, Profile
+from servlens.ingest.profiles import MAPPABLE_COLUMNS, Profile, Wrapper
 from servlens.store.schema import REQUEST_COLUMNS
 
 BAD_ROW_STATUS = "__bad__"
@@ -136,6 +136,29 @@ class CompileOptions:
     # source_line left NULL for the ingester to set from the insert order; [derived] windows left for after the
     # insert (only where can_number_by_insert_order says so)
     lines_by_insert_order: bool = False
+    wrapper: Wrapper | None = None  # a log store's envelope found by sniffing, undone before [unwrap]
+
+
+def unwrap_steps(profile: Profile, opts: CompileOptions) -> list[tuple[str, str]]:
+    """(kind, path) steps from a line to the profile's records: the log store's wrapper, then the profile's
+    own."""
+    steps = [(opts.wrapper.kind, opts.wrapper.path)] if opts.wrapper else []
+    return steps + list(profile.unwrap.items())
+
+
+def _unwrap_sql(kind: str, path: str, source: str) -> str:
+    """One unwrap step over rows (_line, _text). A line without the wrapper's field is kept whole, so that it
+    becomes a bad line with its own keys (never dropped silently); a list of records gives one row per
+    record."""
+    p = sql_str(path)
+    if kind == "record":
+        return (f"SELECT _line, coalesce(CAST(try(json_extract(_text, {p})) AS VARCHAR), _text) AS _text "
+                f"FROM {source}")
+    if kind == "record_text":
+        return f"SELECT _line, coalesce(try(json_extract_string(_text, {p})), _text) AS _text FROM {source}"
+    func = "json_extract" if kind == "records" else "json_extract_string"
+    return (f"SELECT _line, unnest(coalesce(try(CAST({func}(_text, {p}) AS VARCHAR[])), [_text])) AS _text "
+            f"FROM {source}")
 
 
 @dataclass
@@ -183,7 +206,8 @@ class CompiledProfile:
 
     def runs_sql(self) -> str:
         """The distinct run labels of the good rows (used when the run comes from the file)."""
-        return f"{self._with()}\nSELECT DISTINCT {self.run_expr} AS run FROM _last WHERE _ok ORDER BY 1"
+        return (f"{self._with()}\nSELECT DISTINCT {self.run_expr} AS run FROM _last WHERE _ok AND _keep "
+                "ORDER BY 1")
 
     def select(self, source_id_sql: str = "NULL", where_sql: str = "true") -> str:
         """The SELECT yielding REQUEST_COLUMNS in order; `source_id_sql` and `where_sql` may use `_run`."""
@@ -198,7 +222,7 @@ class CompiledProfile:
         body = ",\n  ".join(parts)
         return (
             f"{self._with()},\n_runs AS (SELECT *, CASE WHEN _ok THEN {self.run_expr} END AS _run FROM _last)\n"
-            f"SELECT\n  {body}\nFROM _runs WHERE (NOT _ok) OR ({where_sql})"
+            f"SELECT\n  {body}\nFROM _runs WHERE (NOT _ok) OR (_keep AND ({where_sql}))"
         )
 
 
@@ -277,12 +301,14 @@ def _raw_source(profile: Profile, opts: CompileOptions) -> tuple[str, bool]:
     # insert order (an INSERT keeps the file's order: preserve_insertion_order).
     number = "CAST(NULL AS BIGINT)" if opts.lines_by_insert_order else "row_number() OVER ()"
     lines = f"SELECT {number} AS _line, line AS _text FROM {line_reader_sql(opts.path, opts.compression, longest)}"
-    if profile.reader == "jsonl" or (profile.reader == "json" and not opts.json_multiline):
+    if profile.reader in ("jsonl", "json") and not opts.json_multiline:
         # One JSON value per line (a vLLM bench result is one line; --append-result adds one line per run).
         return lines, True
-    if profile.reader == "json":
+    if profile.reader in ("jsonl", "json"):
         # One pretty-printed document spread over many lines: the document is line 1.
         return f"SELECT 1 AS _line, string_agg(_text, chr(10) ORDER BY _line) AS _text FROM ({lines}) HAVING count(*) > 0", True
+    if profile.reader == "lines":
+        return lines, False
     if profile.reader == "csv":
         options = {"header": True, "all_varchar": True, "compression": opts.compression or "none"}
         options.update(profile.csv_options)
@@ -326,8 +352,9 @@ def can_number_by_insert_order(profile: Profile, opts: CompileOptions) -> bool:
     """Whether the rows come out in line order, one per line, and nothing reads _line before the insert: a line
     reader, no explode, no window function (a window reorders rows) and no expression naming _line - except
     [derived] windows, which then run after the insert over the inserted rows."""
-    if profile.explode_path or profile.explode_zip:
-        return False
+    if profile.explode_path or profile.explode_zip or profile.where or any(
+            kind.startswith("records") for kind, _ in unwrap_steps(profile, opts)):
+        return False  # a filtered, exploded or unwrapped-list file does not give one row per line
     if not (profile.reader == "jsonl" or (profile.reader == "json" and not opts.json_multiline)):
         return False
     windowed = _windowed(profile)
@@ -339,6 +366,46 @@ def can_number_by_insert_order(profile: Profile, opts: CompileOptions) -> bool:
     if profile.run:
         expressions.append(profile.run)
     return not any(_WINDOW_RE.search(e) or _LINE_RE.search(e) for e in expressions)
+
+
+def _line_records(profile: Profile) -> list[tuple[str, str]]:
+    """Reader "lines": the lines matching one of the profile's patterns, their named captures as `m.<name>`
+    (text); with lines.key, the lines sharing the key's captures are one record (each capture from its first
+    line). Lines no pattern matches are other log lines: not records, not bad lines."""
+    names = list(dict.fromkeys(n for group in profile.line_names for n in group))
+    matched = []
+    for i, (pattern, group) in enumerate(zip(profile.line_patterns, profile.line_names)):
+        listed = "[" + ", ".join(sql_str(n) for n in group) + "]"
+        matched.append(f"CASE WHEN regexp_matches(_text, {sql_str(pattern)}) THEN "
+                       f"regexp_extract(_text, {sql_str(pattern)}, {listed}) END AS _p{i}")
+    fields = []
+    for name in names:
+        parts = [f"_p{i}.{_ident(name)}" for i, group in enumerate(profile.line_names) if name in group]
+        fields.append(f"nullif(coalesce({', '.join(parts)}), '') AS {_ident(name)}")
+    any_match = " OR ".join(f"_p{i} IS NOT NULL" for i in range(len(profile.line_patterns)))
+    ctes = [
+        ("_matched", "SELECT _line, " + ", ".join(matched) + " FROM _raw"),
+        ("_fields", f"SELECT _line, {', '.join(fields)} FROM _matched WHERE {any_match}"),
+    ]
+    if profile.line_key:
+        key = [_ident(k) for k in profile.line_key]
+        others = [_ident(n) for n in names if n not in profile.line_key]
+        picks = ", ".join(f"arg_min({n}, _line) FILTER (WHERE {n} IS NOT NULL) AS {n}" for n in others)
+        present = " AND ".join(f"{k} IS NOT NULL" for k in key)
+        columns = ", ".join(key) + (", " + picks if picks else "")
+        ctes.append(("_records", f"SELECT min(_line) AS _line, {columns} FROM _fields WHERE {present} "
+                                 f"GROUP BY {', '.join(key)}"))
+        source = "_records"
+    else:
+        source = "_fields"
+    packed = ", ".join(f"{_ident(n)} := {_ident(n)}" for n in names)
+    ctes.append(("_checked", f"SELECT _line, struct_pack({packed}) AS m, true AS _ok, "
+                             f"CAST(NULL AS JSON) AS _bad FROM {source}"))
+    return ctes
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _try(expr: str, opts: CompileOptions) -> str:
@@ -366,7 +433,10 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
     attrs = {name: rw.rewrite(expr) for name, expr in profile.attrs.items()}
     lets = {name: rw.rewrite(expr) for name, expr in profile.let.items()}
     run_expr_profile = rw.rewrite(profile.run) if profile.run else None
-    must = list(profile.detect_must) if profile.reader in ("jsonl", "json") else []
+    where_expr = rw.rewrite(profile.where) if profile.where else None
+    # detect.must paths are required of every record; a profile that unwraps its own records ([unwrap]) names
+    # the outer document's paths there instead (for sniffing), so its records are not held to them.
+    must = list(profile.detect_must) if profile.reader in ("jsonl", "json") and not profile.unwrap else []
     must_refs = [rw.rewrite(f"j->>{sql_str(p)}") for p in must]
     zip_lists = {}
     for name, value in profile.explode_zip.items():
@@ -378,6 +448,9 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
     raw, is_json = _raw_source(profile, opts)
     ctes: list[tuple[str, str]] = [("_raw", raw)]
     if is_json:
+        for n, (kind, path) in enumerate(unwrap_steps(profile, opts)):
+            ctes[-1] = (f"_raw{n}", ctes[-1][1])
+            ctes.append(("_raw", _unwrap_sql(kind, path, f"_raw{n}")))
         # Each line is parsed once: the multi-path extraction itself, inside try() so a line that is not JSON gives
         # NULL instead of failing the file (json_valid first would parse every line twice). "Is an object" is read
         # from the first character. There is no WHERE (DuckDB would push it below the parse): blank lines come out
@@ -417,6 +490,9 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
         ctes.append(("_checked0", f"SELECT *, ({ok}) AS _ok FROM _paths"))
         # What a bad line looks like is worked out here, so the raw text need not travel further.
         ctes.append(("_checked", f"SELECT * EXCLUDE (_text), CASE WHEN NOT _ok THEN {_bad_info(reason, opts)} END AS _bad FROM _checked0"))
+        last = "_checked"
+    elif profile.reader == "lines":
+        ctes.extend(_line_records(profile))
         last = "_checked"
     else:
         ctes.append(("_checked", "SELECT *, true AS _ok, CAST(NULL AS JSON) AS _bad FROM _raw"))
@@ -479,6 +555,9 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
         s1.append("CAST(NULL AS JSON) AS _attrs")
     s1.append(f"CASE WHEN _ok THEN CAST(({run_expr_profile}) AS VARCHAR) END AS _run_profile" if run_expr_profile
               else "CAST(NULL AS VARCHAR) AS _run_profile")
+    # The profile's row filter: a record it rejects is neither a row nor a bad line (bad lines are kept).
+    keep = f"coalesce(CAST({_try(where_expr, opts)} AS BOOLEAN), false)" if where_expr else "true"
+    s1.append(f"CASE WHEN _ok THEN {keep} ELSE true END AS _keep")
     ctes.append(("_s1", "SELECT " + ",\n  ".join(s1) + f" FROM {last}"))
 
     # Stage 2: the time split, derived only from what is there. TTFT never comes from e2e.

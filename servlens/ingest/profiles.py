@@ -18,7 +18,7 @@ from pathlib import Path
 from servlens.errors import ConfigError
 from servlens.store.schema import REQUEST_COLUMNS
 
-READERS = ("jsonl", "json", "csv", "parquet")
+READERS = ("jsonl", "json", "csv", "parquet", "lines")
 CLOCKS = ("absolute", "relative", "naive")
 TEXT_FIELDS = ("prompt", "content", "reasoning")
 # Columns the ingester fills itself; a profile may not map them.
@@ -26,9 +26,51 @@ INGESTER_COLUMNS = ("run", "source_id", "source_line", "attrs", "prompt_text", "
 MAPPABLE_COLUMNS = tuple(c for c in REQUEST_COLUMNS if c not in INGESTER_COLUMNS)
 _TOP_KEYS = {
     "name", "title", "description", "reader", "priority", "clock", "run", "detect", "explode", "let", "macros",
-    "columns", "text", "attrs", "units", "derived", "csv",
+    "columns", "text", "attrs", "units", "derived", "csv", "where", "unwrap", "extends", "lines",
 }
-_DETECT_KEYS = {"must", "may", "must_not", "columns", "may_columns", "filename"}
+# How a record sits inside what the file holds (an [unwrap] step, or a log store's wrapper):
+#   record      a JSON path to the one record inside each line/document ($._source)
+#   record_text a JSON path to a field holding the record as JSON TEXT ($.line)
+#   records     a JSON path to a list of records ($.hits.hits[*]._source, $.data[*])
+#   records_text a JSON path to a list of fields holding records as JSON text ($.events[*].message)
+UNWRAP_KINDS = ("record", "record_text", "records", "records_text")
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """A log store's envelope around the records of any format: found by sniffing, undone before the profile
+    reads them."""
+
+    name: str
+    title: str
+    kind: str  # one of UNWRAP_KINDS
+    path: str
+    detect: tuple[str, ...]  # JSON paths every wrapped line has
+
+
+# The envelopes of the log stores operators export from; every profile works inside each (docs/profiles.md).
+WRAPPERS = (
+    # elasticdump / OpenSearch dump NDJSON: {"_index", "_id", "_source": {...}} per line
+    Wrapper("elasticsearch-source", "Elasticsearch/OpenSearch documents ({_index, _id, _source} per line)",
+            "record", "$._source", ("$._index", "$._source")),
+    # a saved _search answer: {"hits": {"hits": [{"_source": {...}}]}}
+    Wrapper("elasticsearch-search", "Elasticsearch/OpenSearch _search answer (hits.hits[*]._source)",
+            "records", "$.hits.hits[*]._source", ("$.hits.hits",)),
+    # Grafana Loki `logcli query --output=jsonl`: {"timestamp", "labels", "line": "<the app's line as text>"}
+    Wrapper("loki-logcli", "Grafana Loki logcli --output=jsonl ({timestamp, labels, line})",
+            "record_text", "$.line", ("$.line", "$.timestamp", "$.labels")),
+    # `aws logs filter-log-events` / get-log-events: {"events": [{"timestamp", "message": "<json text>"}]}
+    Wrapper("cloudwatch-events", "CloudWatch Logs events answer (events[*].message as JSON text)",
+            "records_text", "$.events[*].message", ("$.events[0].message", "$.events[0].timestamp")),
+    # CloudWatch Logs Insights / Datadog exports: one event per line, the record as JSON text in `message`
+    Wrapper("message-json",
+            "log events with the record as JSON text in `message` (CloudWatch, Datadog exports)",
+            "record_text", "$.message", ("$.message",)),
+    # Datadog Logs API answer: {"data": [{"attributes": {"message": "<json text>"}}]}
+    Wrapper("datadog-logs", "Datadog Logs API answer (data[*].attributes.message as JSON text)",
+            "records_text", "$.data[*].attributes.message", ("$.data[0].attributes.message",)),
+)
+_DETECT_KEYS = {"must", "may", "must_not", "columns", "may_columns", "filename", "line"}
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _TEXT_ATTR_RE = re.compile(
     r"(?i)^(prompts?|messages?|content|response|completion|text|generated_texts?|input|output|reasoning"
@@ -49,6 +91,14 @@ class Profile:
     priority: int = 0
     clock: str = "absolute"
     run: str | None = None
+    where: str | None = None  # a row filter: records (or exploded elements) it is not true for give no row
+    unwrap: dict[str, str] = field(default_factory=dict)  # {kind: path}: where the record sits in each line
+    # reader "lines": regexes with named captures (a line matching one of them is part of a record), and the
+    # captures whose values join the lines of one record (a task id); detect_line must match a sampled line
+    line_patterns: list[str] = field(default_factory=list)
+    line_names: list[list[str]] = field(default_factory=list)  # each pattern's capture names, in group order
+    line_key: list[str] = field(default_factory=list)
+    detect_line: str | None = None
     detect_must: list[str] = field(default_factory=list)
     detect_may: list[str] = field(default_factory=list)
     detect_must_not: list[str] = field(default_factory=list)
@@ -156,6 +206,44 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
     run = data.get("run")
     if run is not None and not isinstance(run, str):
         raise ConfigError(f"Profile {name}: run must be an SQL expression string")
+    where = data.get("where")
+    if where is not None and not isinstance(where, str):
+        raise ConfigError(f"Profile {name}: where must be an SQL expression string")
+    unwrap = data.get("unwrap", {})
+    if not isinstance(unwrap, dict) or len(unwrap) > 1 or set(unwrap) - set(UNWRAP_KINDS) or not all(
+            isinstance(v, str) and v.startswith("$") for v in unwrap.values()):
+        raise ConfigError(f"Profile {name}: [unwrap] takes one of {', '.join(UNWRAP_KINDS)} = a JSON path",
+                          "See docs/profiles.md")
+    if unwrap and reader not in ("jsonl", "json"):
+        raise ConfigError(f"Profile {name}: [unwrap] needs a JSON reader (jsonl or json)")
+    lines = data.get("lines", {})
+    if not isinstance(lines, dict) or set(lines) - {"patterns", "key"}:
+        raise ConfigError(f"Profile {name}: [lines] takes 'patterns' and 'key'", "See docs/profiles.md")
+    if (reader == "lines") != bool(lines.get("patterns")):
+        raise ConfigError(f"Profile {name}: reader 'lines' goes with [lines] patterns (regexes with named "
+                          "captures)")
+    patterns = _strings(lines.get("patterns"), "lines.patterns", name)
+    line_names = []
+    for pattern in patterns:
+        try:
+            groups = re.compile(pattern).groupindex
+        except re.error as exc:
+            raise ConfigError(f"Profile {name}: lines pattern {pattern!r} is not a valid regex ({exc})") \
+                from exc
+        if not groups:
+            raise ConfigError(f"Profile {name}: lines pattern {pattern!r} has no named capture (?P<name>...)")
+        line_names.append(sorted(groups, key=groups.get))
+    line_key = _strings(lines.get("key"), "lines.key", name)
+    known = {n for names in line_names for n in names}
+    if set(line_key) - known:
+        unknown_key = ", ".join(sorted(set(line_key) - known))
+        raise ConfigError(f"Profile {name}: lines.key names captures no pattern has: {unknown_key}")
+    detect_line = detect.get("line")
+    if detect_line is not None:
+        try:
+            re.compile(detect_line)
+        except re.error as exc:
+            raise ConfigError(f"Profile {name}: detect.line is not a valid regex ({exc})") from exc
     filename = detect.get("filename")
     if filename is not None:
         try:
@@ -171,6 +259,12 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
         priority=priority,
         clock=clock,
         run=run,
+        where=where,
+        unwrap=dict(unwrap),
+        line_patterns=patterns,
+        line_names=line_names,
+        line_key=line_key,
+        detect_line=detect_line,
         detect_must=_strings(detect.get("must"), "detect.must", name),
         detect_may=_strings(detect.get("may"), "detect.may", name),
         detect_must_not=_strings(detect.get("must_not"), "detect.must_not", name),
@@ -191,6 +285,42 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
     )
 
 
+def _merge_extends(data: dict, path: str, raw_of: dict[str, dict], seen: tuple[str, ...] = ()) -> dict:
+    """A profile with `extends = "NAME"` starts from that built-in profile: each of its tables is merged key
+    by key with the child's ([detect] too), every other key the child gives replaces the parent's."""
+    parent_name = data.get("extends")
+    if parent_name is None:
+        return data
+    if not isinstance(parent_name, str) or parent_name not in raw_of:
+        raise ConfigError(f"Profile {path}: extends '{parent_name}', which is not a built-in profile",
+                          "See 'servlens formats' for the names")
+    if parent_name in seen:
+        raise ConfigError(f"Profile {path}: extends loops through '{parent_name}'")
+    parent = _merge_extends(raw_of[parent_name], parent_name, raw_of, (*seen, parent_name))
+    merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in parent.items()
+              if k not in ("name", "extends")}
+    for key, value in data.items():
+        if key == "extends":
+            continue
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _builtin_raw() -> dict[str, dict]:
+    raw = {}
+    for entry in resources.files("servlens.profiles").iterdir():
+        if entry.name.endswith(".toml"):
+            data = tomllib.loads(entry.read_text(encoding="utf-8"))
+            name = str(data.get("name", entry.name))
+            if name in raw:
+                raise ConfigError(f"Two built-in profiles share the name(s) {name}")
+            raw[name] = {**data, "_file": entry.name}
+    return raw
+
+
 def load_profile_file(path: str | Path) -> Profile:
     """Load a user's profile (--profile FILE)."""
     path = Path(path)
@@ -200,6 +330,9 @@ def load_profile_file(path: str | Path) -> Profile:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"Profile {path} is not valid TOML: {exc}", "Fix the file; docs/profiles.md has examples") from exc
+    if "extends" in data:
+        raw = {k: {kk: vv for kk, vv in v.items() if kk != "_file"} for k, v in _builtin_raw().items()}
+        data = _merge_extends(data, str(path), raw)
     return parse_profile(data, str(path))
 
 
@@ -213,10 +346,11 @@ def builtin_profiles() -> list[Profile]:
     global _BUILTIN_CACHE
     if _BUILTIN_CACHE is None:
         found = []
-        for entry in resources.files("servlens.profiles").iterdir():
-            if entry.name.endswith(".toml"):
-                data = tomllib.loads(entry.read_text(encoding="utf-8"))
-                found.append(parse_profile(data, f"servlens/profiles/{entry.name}", builtin=True))
+        files = _builtin_raw()
+        raw = {k: {kk: vv for kk, vv in v.items() if kk != "_file"} for k, v in files.items()}
+        for name, data in raw.items():
+            where = f"servlens/profiles/{files[name]['_file']}"
+            found.append(parse_profile(_merge_extends(data, where, raw), where, builtin=True))
         names = [p.name for p in found]
         duplicates = {n for n in names if names.count(n) > 1}
         if duplicates:

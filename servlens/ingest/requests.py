@@ -25,7 +25,7 @@ from servlens.ingest.compiler import (
     line_reader_sql,
     sql_str,
 )
-from servlens.ingest.profiles import Profile
+from servlens.ingest.profiles import Profile, Wrapper
 from servlens.store.schema import REQUEST_COLUMNS
 
 # Columns reported as "filled" (the bookkeeping ones are always there).
@@ -96,6 +96,7 @@ def ingest_request_file(
     tz: str | None = None,
     json_multiline: bool = False,
     safe: bool = False,
+    wrapper: Wrapper | None = None,
     _digest: _DigestJob | None = None,
 ) -> SourceResult:
     """Ingest `path` with `profile` into the store. Same content in the same run is skipped; a changed file at the
@@ -111,12 +112,15 @@ def ingest_request_file(
         tz=tz,
         json_multiline=json_multiline,
         safe=safe,
+        wrapper=wrapper,
     )
     # Lines are numbered by insert order where the profile allows it (one row per line, in line order).
     opts = replace(opts, lines_by_insert_order=can_number_by_insert_order(profile, opts))
     compiled = compile_profile(profile, opts)
     relative = profile.clock == "relative" and start is None
     result = SourceResult(path=str(path), format=profile.name, relative_clock=relative)
+    if wrapper is not None:
+        result.extra["wrapper"] = wrapper.name
     for statement in compiled.macro_sql():
         try:
             con.execute(statement)
@@ -132,7 +136,7 @@ def ingest_request_file(
     learn_runs = run is None and profile.run is not None
     runs: list[str] | None = [run if run is not None else opts.default_run]
     retry = dict(run=run, keep_text=keep_text, strict=strict, start=start, tz=tz, json_multiline=json_multiline,
-                 safe=True, _digest=job)
+                 safe=True, wrapper=wrapper, _digest=job)
     if learn_runs:
         runs = None
         seen = con.execute(
@@ -222,7 +226,7 @@ def ingest_request_file(
         if profile.reader != "parquet":
             _move_csv_rejects(con, list(ids.values()), path, keep_text, lines=profile.reader != "csv")
         file_lines = job.lines()
-        if file_lines is not None and (profile.reader == "jsonl" or (profile.reader == "json" and not json_multiline)):
+        if file_lines is not None and profile.reader in ("jsonl", "json") and not json_multiline:
             _check_every_line_read(con, list(ids.values()), path, opts.compression, line_longest(profile, opts),
                                    file_lines)
         # Sources decided before the hash was ready get it now, inside the transaction.

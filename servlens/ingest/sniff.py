@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servlens.ingest.profiles import Profile
+from servlens.ingest.profiles import WRAPPERS, Profile, Wrapper
 from servlens.ingest.sources import base_suffix, compression_of
 
 SAMPLE_LINES = 50
@@ -32,6 +32,7 @@ class FileSample:
     records: list = field(default_factory=list)  # parsed JSON values (jsonl lines or json documents)
     header: list[str] = field(default_factory=list)  # CSV / Parquet column names
     json_multiline: bool = False  # one JSON document over many lines
+    lines: list[str] = field(default_factory=list)  # text: the first lines (for line-reader profiles)
     problem: str | None = None  # why nothing could be sampled
 
 
@@ -41,6 +42,7 @@ class SniffResult:
     sample: FileSample
     score: float = 0.0
     nearest: str | None = None  # 'name (missing $.a, $.b)' for an unrecognised file
+    wrapper: Wrapper | None = None  # the log store's envelope the records were found in
 
 
 def open_decompressed(path: Path):
@@ -88,7 +90,9 @@ def sample_file(path: Path) -> FileSample:
         return FileSample("csv", header=[h.strip() for h in header])
     stripped = text.lstrip()
     if stripped[:1] not in ("{", "["):
-        return FileSample("text", problem="plain text, not JSON or CSV")
+        lines = text.splitlines()
+        return FileSample("text", problem="plain text, not JSON or CSV",
+                          lines=lines[:-1] if not complete else lines)
     lines = text.splitlines()
     if not complete:
         lines = lines[:-1]  # the last line may be cut off
@@ -149,6 +153,43 @@ def path_present(value, tokens: list) -> bool:
     return isinstance(value, dict) and head in value and path_present(value[head], rest)
 
 
+def path_values(value, tokens: list) -> list:
+    """Every non-null value the path leads to ('*' fans out)."""
+    if not tokens:
+        return [] if value is None else [value]
+    head, rest = tokens[0], tokens[1:]
+    if head == "*":
+        return [v for item in value for v in path_values(item, rest)] if isinstance(value, list) else []
+    if isinstance(head, int):
+        ok = isinstance(value, list) and -len(value) <= head < len(value)
+        return path_values(value[head], rest) if ok else []
+    return path_values(value[head], rest) if isinstance(value, dict) and head in value else []
+
+
+def unwrap_sample(sample: FileSample, wrapper: Wrapper) -> FileSample | None:
+    """The records inside a log store's envelope, when most sampled lines have that envelope (else None)."""
+    records = [r for r in sample.records if isinstance(r, dict)]
+    detect = [parse_path(p) for p in wrapper.detect]
+    wrapped = [r for r in records if all(path_present(r, t) for t in detect)]
+    if not records or len(wrapped) / len(records) < MATCH_SHARE:
+        return None
+    inner = []
+    for record in wrapped:
+        for value in path_values(record, parse_path(wrapper.path)):
+            if wrapper.kind.endswith("_text"):
+                try:
+                    value = json.loads(value) if isinstance(value, str) else None
+                except ValueError:
+                    value = None
+            if isinstance(value, dict):
+                inner.append(value)
+    if not inner:
+        return None
+    # The inner records are read one per record, whatever the envelope's layout (a _search answer is one
+    # document).
+    return FileSample("jsonl", records=inner[:SAMPLE_LINES], json_multiline=False)
+
+
 def _reader_fits(profile: Profile, sample: FileSample) -> bool:
     if sample.shape == "jsonl":
         return profile.reader in ("jsonl", "json")
@@ -160,6 +201,12 @@ def _reader_fits(profile: Profile, sample: FileSample) -> bool:
 def score_profile(profile: Profile, sample: FileSample, name: str) -> tuple[float, float, list[str]]:
     """(score, share of must-paths found in the best record, paths missing there); score 0 = no match."""
     filename_bonus = 5.0 if profile.detect_filename and re.search(profile.detect_filename, name) else 0.0
+    if profile.reader == "lines" or sample.shape == "text":
+        # A console log: the profile's detect.line must match one of the first lines.
+        if profile.reader != "lines" or sample.shape != "text" or not profile.detect_line:
+            return 0.0, 0.0, []
+        found = any(re.search(profile.detect_line, line) for line in sample.lines)
+        return (100.0 + filename_bonus, 1.0, []) if found else (0.0, 0.0, [])
     if sample.shape in ("csv", "parquet"):
         header = set(sample.header)
         missing = [c for c in profile.detect_columns if c not in header]
@@ -194,7 +241,8 @@ def score_profile(profile: Profile, sample: FileSample, name: str) -> tuple[floa
     return 100.0 * matched / len(records) + 10.0 * may_hits / matched + filename_bonus, best_share, best_missing
 
 
-def sniff(path: Path, profiles: list[Profile], sample: FileSample | None = None) -> SniffResult:
+def sniff(path: Path, profiles: list[Profile], sample: FileSample | None = None,
+          look_inside: bool = True) -> SniffResult:
     """The best-fitting profile for `path` (None if nothing fits, with the nearest miss named)."""
     sample = sample or sample_file(path)
     best: tuple[float, int, Profile] | None = None
@@ -203,10 +251,20 @@ def sniff(path: Path, profiles: list[Profile], sample: FileSample | None = None)
         score, share, missing = score_profile(profile, sample, path.name)
         if score > 0 and (best is None or (score, profile.priority) > best[:2]):
             best = (score, profile.priority, profile)
-        if share > 0 and (nearest is None or (share, profile.priority) > nearest[:2]):
+        # A "nearest" format shares at least half of its required fields: one common key (`id`) is no hint.
+        if share >= 0.5 and (nearest is None or (share, profile.priority) > nearest[:2]):
             nearest = (share, profile.priority, profile, missing)
     if best:
         return SniffResult(best[2], sample, best[0])
+    if look_inside and sample.shape in ("jsonl", "json"):
+        # No format fits the lines themselves: look inside the envelopes of the log stores.
+        for wrapper in WRAPPERS:
+            inner = unwrap_sample(sample, wrapper)
+            if inner is None:
+                continue
+            found = sniff(path, profiles, inner, look_inside=False)
+            if found.profile is not None:
+                return SniffResult(found.profile, sample, found.score, wrapper=wrapper)
     near = None
     if nearest:
         what = "columns" if sample.shape in ("csv", "parquet") else "fields"

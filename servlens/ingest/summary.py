@@ -93,7 +93,8 @@ def ingest_text(report: dict, db_path: str | None = None) -> str:
     for source in requests:
         runs = source.get("runs") or []
         name = name_of(source["path"])
-        lines.append(f"{name}  [{source['format']}]  run{'s' if len(runs) != 1 else ''} {_short(runs)}")
+        fmt = source["format"] + (f" in {source['wrapper']}" if source.get("wrapper") else "")
+        lines.append(f"{name}  [{fmt}]  run{'s' if len(runs) != 1 else ''} {_short(runs)}")
         if source.get("skipped"):
             lines.append(f"  already ingested: same content in the same run; nothing added ({source['rows']} rows there)")
             continue

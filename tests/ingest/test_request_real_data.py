@@ -235,7 +235,8 @@ def test_llamacpp_folder_ingests_requests_and_metrics_and_lists_the_rest(con, sh
     kinds = [s["kind"] for s in document["sources"]]
     assert kinds.count("requests") == 1 and kinds.count("metrics") == 38 and kinds.count("engine_info") == 1
     skipped = {item["path"].rsplit("/", 1)[-1]: item["reason"] for item in document["skipped"]}
-    assert skipped["llama-server.log"] == "a server or console log (no per-request records)"
+    assert skipped["llama-server.log"] == ("llama.cpp llama-server console log (slot print_timing lines, relative "
+                                           "clock): name the file to read it (llama-server-log)")
     assert skipped["summary.jsonl"] == "no format profile recognises it"
     assert skipped["metrics_index.jsonl"] == "scrape index: used for the scrape files' times and runs"
     assert skipped["slots_poisson_end.json"] == ("llama.cpp /slots: 4 slots of 2,048 tokens; agrees with props.json, "
