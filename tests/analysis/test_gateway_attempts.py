@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from servlens.analysis.inputs import ingest_paths
+from servlens.analysis.rules import load_rules
+from servlens.analysis.runner import analyze
 from servlens.ingest.api import ingest_inputs
 from servlens.store.schema import open_store
 
@@ -61,6 +64,7 @@ def _proxy_shaped_chain(tmp_path: Path) -> tuple[Path, list[dict]]:
 def test_streamed_fallback_with_the_client_start_time_is_the_last_attempt(tmp_path):
     path, payloads = _proxy_shaped_chain(tmp_path)
     rows = _rows(_ingest(path))
+    assert [r["request_id"] for r in rows] == [p["id"] for p in payloads]
     # Ordered by startTime the answer came first and the two failures read as fallbacks from chat-backup.
     assert [(r["model"], r["attempt"], r["fallback_from"]) for r in rows] == [
         ("chat-primary", 1, None), ("chat-primary", 2, None), ("chat-backup", 3, "chat-primary")]
@@ -99,3 +103,39 @@ def test_real_proxy_fallbacks_all_go_from_the_primary_to_the_small_group():
         got[r["trace_id"]].append((r["attempt"], r["model"]))
     assert {t: [m for _, m in sorted(a)] for t, a in got.items()} == {
         t: [g for g, _ in chain] for t, chain in expected.items()}
+
+
+def _analyze(path: Path, rules: tuple[str, ...]) -> dict:
+    con = open_store(None)
+    try:
+        ingest_paths(con, [str(path)], run="gw")
+        return analyze(con, [r for r in load_rules() if r.id in rules])
+    finally:
+        con.close()
+
+
+def _finding(doc: dict, rule: str, model: str) -> dict:
+    found = [f for f in doc["findings"] if f["rule"] == rule and f["scope"]["model"] == model]
+    assert len(found) == 1, [f["scope"] for f in doc["findings"] if f["rule"] == rule]
+    return found[0]
+
+
+@pytest.mark.skipif(not TIMEOUT_FALLBACK.exists(), reason="the gw-timeout-fallback recording is not merged yet")
+def test_real_proxy_fallbacks_to_the_16_token_group_are_a_contract_mismatch():
+    payloads = _read_jsonl(TIMEOUT_FALLBACK)
+    answers = [p for p in payloads if p["model_group"] == "chat-small" and p["status"] == "success"]
+    cut = [p for p in answers if p["response"]["choices"][0]["finish_reason"] == "length"
+           and p["response"]["usage"]["completion_tokens"] < p["model_parameters"]["max_tokens"]]
+    timed_out = [p for p in payloads if p["status"] == "failure"]
+    doc = _analyze(TIMEOUT_FALLBACK, ("SL005",))
+    small = _finding(doc, "SL005", "chat-small")
+    m = small["evidence"]["metrics"]
+    assert (small["state"], small["severity"]) == ("fired", "critical")
+    assert (m["fallbacks_in"], m["fallbacks_cut_below_asked"], m["fallback_cut_at_most_tokens"]) == (
+        len(answers), len(cut), max(p["response"]["usage"]["completion_tokens"] for p in cut))
+    primary = _finding(doc, "SL005", "chat")
+    # Every trace that tried the primary and fell back was answered elsewhere (arrival order lost the streamed ones).
+    assert primary["state"] == "clear"
+    assert primary["evidence"]["metrics"]["traces_answered_elsewhere"] == len(answers)
+    assert primary["evidence"]["metrics"]["attempts_failed_share"] == round(
+        len(timed_out) / sum(p["model_group"] == "chat" for p in payloads), 4)
