@@ -139,3 +139,27 @@ def test_real_proxy_fallbacks_to_the_16_token_group_are_a_contract_mismatch():
     assert primary["evidence"]["metrics"]["traces_answered_elsewhere"] == len(answers)
     assert primary["evidence"]["metrics"]["attempts_failed_share"] == round(
         len(timed_out) / sum(p["model_group"] == "chat" for p in payloads), 4)
+
+
+@pytest.mark.skipif(not TIMEOUT_FALLBACK.exists(), reason="the gw-timeout-fallback recording is not merged yet")
+def test_real_router_timeouts_are_found_from_the_timeouts_alone():
+    payloads = _read_jsonl(TIMEOUT_FALLBACK)
+    timeouts = [p for p in payloads if p["status"] == "failure"
+                and (p["error_information"] or {}).get("error_class") == "Timeout"]
+    durations = sorted(p["endTime"] - p["startTime"] for p in timeouts)
+    # Finished attempts on the same deployment that ran past every timeout (streams: the timeout bounds each read).
+    longer = [p for p in payloads if p["status"] == "success" and p["model_group"] == "chat"
+              and p["endTime"] - p["startTime"] > durations[-1]]
+    assert longer, "the recording holds finished requests past the timeouts (what vetoed the rule)"
+    answered = {p["trace_id"] for p in payloads if p["status"] == "success"}
+    doc = _analyze(TIMEOUT_FALLBACK, ("SL011",))
+    f = _finding(doc, "SL011", "chat")
+    m = f["evidence"]["metrics"]
+    assert f["state"] == "fired"
+    assert (m["timeouts"], m["failed_at_limit"], m["finished_over_limit"]) == (len(timeouts), len(timeouts), len(longer))
+    assert (m["limit_s"], m["band_end_s"]) == (round(durations[0], 4), round(durations[-1], 4))
+    # The router's 2.5 s timeout, seen late by a busy gateway: the limit is read as at most the shortest timeout.
+    assert 2.5 <= m["limit_s"] < 3.0
+    rescued = sum(1 for p in timeouts if p["trace_id"] in answered)
+    assert (m["answered_by_a_later_attempt"], m["reached_client"]) == (rescued, len(timeouts) - rescued)
+    assert f["severity"] == ("critical" if (len(timeouts) - rescued) / m["requests"] >= 0.05 else "warning")
