@@ -163,3 +163,27 @@ def test_real_router_timeouts_are_found_from_the_timeouts_alone():
     rescued = sum(1 for p in timeouts if p["trace_id"] in answered)
     assert (m["answered_by_a_later_attempt"], m["reached_client"]) == (rescued, len(timeouts) - rescued)
     assert f["severity"] == ("critical" if (len(timeouts) - rescued) / m["requests"] >= 0.05 else "warning")
+
+
+GATEWAY_RUNS = ("gw-timeout-fallback", "gw-dead-fallback", "gw-retries", "gw-ratelimit-429", "gw-healthy")
+
+
+def _slp_of(run: str) -> Path:
+    folder = RECORDED / run
+    return next(iter(sorted(folder.glob("litellm_slp.jsonl*"))), folder / "litellm_slp.jsonl")
+
+
+@pytest.mark.parametrize("run", GATEWAY_RUNS)
+def test_every_recorded_proxy_run_numbers_attempts_in_end_time_order(run):
+    path = _slp_of(run)
+    if not path.exists():
+        pytest.skip(f"the {run} recording is not merged yet")
+    expected = _expected_by_end_time(_read_jsonl(path))
+    rows = _rows(_ingest(path))
+    got: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for r in rows:
+        got[r["trace_id"]].append((r["attempt"], r["model"]))
+    assert {t: [m for _, m in sorted(a)] for t, a in got.items()} == {t: [g for g, _ in c] for t, c in expected.items()}
+    # A fallback is a change of group within the trace, from the group first asked for.
+    changes = sum(1 for c in expected.values() for g, _ in c[1:] if g != c[0][0])
+    assert sum(1 for r in rows if r["fallback_from"] is not None) == changes

@@ -71,7 +71,8 @@ def _attempts_sql(run: str) -> str:
                    lag(deployment) OVER w AS prev_deployment, lag(error_type) OVER w AS prev_error_type,
                    lag({FAILED}) OVER w AS prev_failed, lag(t_end) OVER w AS prev_t_end
             FROM a
-            WINDOW w AS (PARTITION BY trace_id ORDER BY coalesce(attempt, 0), t_at, source_line
+            -- the source's attempt order; without one, end time (a start can be the client request's)
+            WINDOW w AS (PARTITION BY trace_id ORDER BY attempt, coalesce(t_end, t_at), t_at, source_line
                          ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
         SELECT *, (fallback_from IS NOT NULL OR (k > 1 AND model IS DISTINCT FROM first_model)) AS is_fallback,
                coalesce(fallback_from, first_model) AS origin_model
