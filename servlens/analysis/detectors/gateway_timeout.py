@@ -95,10 +95,11 @@ def detect(ctx: DetectorContext) -> dict:
             why.append(f"{pct(failed_share)} of the requests that lasted that long failed")
         if over_share > p["max_over_limit_share"]:
             why.append(f"{s['over_limit']} requests ({pct(over_share, 1)}) lasted longer than it")
+        said = ("none saying it timed out" if not base["timed_out"] else
+                f"{base['timed_out']} saying it timed out (fewer than {p['min_cluster_requests']}, min_cluster_requests)")
         return {"state": "clear", "evidence": evidence,
                 "summary": f"No fixed timeout limit: {base['failed_slow']} requests failed after {secs(p['min_limit_s'])} "
-                           f"or more, none saying it timed out, and their e2e does not pile up at one value "
-                           f"({'; '.join(why)})."}
+                           f"or more, {said}, and their e2e does not pile up at one value ({'; '.join(why)})."}
     first = (f"{s['at_limit']} failed requests end within {pct(band)} below {secs(limit)} and none of the "
              f"{base['n']} requests lasted longer" if s["over_limit"] == 0 else
              f"{s['at_limit']} failed requests end within {pct(band)} below {secs(limit)} ({s['over_limit']} lasted "
