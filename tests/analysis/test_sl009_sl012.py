@@ -142,7 +142,10 @@ def test_recorded_client_timeout_of_3_s_is_found_from_the_data(limits):
     f = _finding(limits, "SL011", "gateway_timeout")
     m = f["evidence"]["metrics"]
     assert f["state"] == "fired" and f["severity"] == "critical"
-    assert m["limit_s"] == pytest.approx(max(r["e2e_s"] for r in failed), abs=1e-4)
+    # The failures say ReadTimeout, so the limit is read from them alone: the shortest (the timer fires at 3 s and the
+    # client notices a little late), the cluster running to the longest.
+    assert m["limit_s"] == pytest.approx(min(r["e2e_s"] for r in failed), abs=1e-4)
+    assert m["band_end_s"] == pytest.approx(max(r["e2e_s"] for r in failed), abs=1e-4)
     assert 3.0 <= m["limit_s"] < 3.2
     assert m["failed_at_limit"] == len(failed) == 30 and m["over_limit"] == 0
     assert all("ReadTimeout" in r["error"] for r in failed)
@@ -150,12 +153,16 @@ def test_recorded_client_timeout_of_3_s_is_found_from_the_data(limits):
     assert m["reached_limit"] - m["failed_at_limit"] == sum(1 for r in finished if r["e2e_s"] >= m["band_start_s"])
     # The 1500-token ignore_eos answers cannot fit 3 s at the run's typical TPOT; every other cap can.
     long_caps = sum(1 for r in raw if r["body"]["max_tokens"] == 1500)
-    assert m["never_fit"] == m["never_fit_without_queue"] == long_caps
+    assert m["never_fit_without_queue"] == long_caps
+    # With its wait, one more: a 32-token request that waited 2.82 s is estimated 5 ms past the 3.00 s limit (it
+    # finished at 2.997 s, just inside).
+    assert m["never_fit"] == long_caps + 1
     assert 64 < m["max_tokens_that_fit"] < 1500
     assert "Timeouts at a fixed limit of about 3." in f["summary"]
+    assert "30 requests timed out (error text says timeout: 30)" in f["summary"]
     # The client got no response for the failed ones, so the split comes from the slow finished requests, whose time
     # was mostly the wait for one of the 2 slots (llama.cpp: e2e minus its own prefill and decode time).
-    assert m["split_of"] == "finished in 1.55 s or more"
+    assert m["split_of"] == "finished in 1.50 s or more"
     assert m["split_requests"] == sum(1 for r in finished if r["e2e_s"] >= m["limit_s"] / 2)
     assert m["queue_share"] > 0.5 and m["queue_share"] + m["first_token_share"] + m["generation_share"] == pytest.approx(1, abs=0.02)
     assert "the failed ones carry no times" in f["summary"]

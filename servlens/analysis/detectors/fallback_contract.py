@@ -5,8 +5,9 @@ scope's whole run from `requests`, grouped by trace_id, and judges the scope fro
 
 - as a fallback target: attempts that are fallbacks (fallback_from set, or a model other than the trace's first
   attempt) and that failed or ended by length although the trace's first attempt asked for more than this target
-  gives (a smaller max_tokens, a context_window under the prompt, or a context-exceeded error): the retry could not
-  succeed. Also fallbacks that failed the same way as the attempt before them (the same deployment, or the same
+  gives (a smaller max_tokens, a context_window under the prompt, a context-exceeded error, or an answer cut by
+  length before the max_tokens it asked for: the deployment's own cap, e.g. a llama.cpp n_predict in the
+  deployment's litellm_params, which the request's max_tokens does not show): the retry could not succeed. Also fallbacks that failed the same way as the attempt before them (the same deployment, or the same
   error type), or while the target was failing half or more of its own requests within `domain_window_s`: the same
   failure domain, so the fallback bought nothing.
 - as a pool member: a deployment whose attempts (nearly) all fail while its traces are answered elsewhere is a dead
@@ -15,21 +16,29 @@ scope's whole run from `requests`, grouped by trace_id, and judges the scope fro
 
 LiteLLM's `model` is the model group and `served_model` the deployment's model name, so they differ on every
 request, fallback or not: served_model is not read as a fallback signal.
+
+Attempts are taken in their `attempt` order, never by arrival: behind LiteLLM's proxy a streamed fallback's answer
+carries the client request's start time (servlens/profiles/litellm-slp.toml), so it "arrives" before the attempt it
+followed; the time a dead member adds then runs to the end of the attempt before that answer.
 """
 
 from __future__ import annotations
 
 from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, rounded, secs, table
 from servlens.analysis.runner import DetectorContext, sql_literal
+from servlens.analysis.vocabulary import failed_as
 
 
 def failed(alias: str = "") -> str:
-    """An attempt that produced no answer: an error status, or a finish by error, timeout or abort."""
-    a = f"{alias}." if alias else ""
-    return f"({a}status = 'error' OR {a}finish_reason IN ('error', 'timeout', 'abort'))"
+    """An attempt that produced no answer (vocabulary.FAILED). NULL-safe: `NOT failed(...)` on an answer without a
+    finish_reason was NULL, which dropped streamed answers from "answered elsewhere"."""
+    return f"({failed_as(alias)})"
 
 
 FAILED = failed()
+# An answer cut by length before the max_tokens it asked for (or, unknown there, the first attempt asked for): a
+# cap of the deployment's own, smaller than the request's.
+CUT_BELOW_ASKED = ("(finish_reason = 'length' AND completion_tokens < coalesce(max_tokens, first_max_tokens))")
 KNOWN_OUTCOME = f"({FAILED} OR finish_reason IS NOT NULL)"
 CONTEXT_ERROR = ("(lower(coalesce(error_type, '')) LIKE '%context%' OR lower(coalesce(error_message, '')) LIKE "
                  "'%context%' OR lower(coalesce(finish_reason_raw, '')) LIKE '%context%')")
@@ -47,8 +56,9 @@ def _attempts_sql(run: str) -> str:
         a AS (
             -- only the columns read from sl005_attempts: whole rows (attrs JSON included) made this copy slow
             SELECT r.request_id, r.source_id, r.source_line, trace_id, r.attempt, r.fallback_from, r.model,
-                   r.deployment, r.max_tokens, r.context_window, r.prompt_tokens, r.status, r.finish_reason,
-                   r.finish_reason_raw, r.error_type, r.error_message, r.t_end,
+                   r.deployment, r.max_tokens, r.context_window, r.prompt_tokens, r.status, r.http_status,
+                   r.finish_reason,
+                   r.finish_reason_raw, r.error_type, r.error_message, r.t_end, r.completion_tokens,
                    coalesce(t_arrival, t_first_token, t_end) AS t_at
             FROM requests r JOIN multi USING (trace_id)
             WHERE r.run = {sql_literal(run)}),
@@ -59,9 +69,10 @@ def _attempts_sql(run: str) -> str:
                    first_value(prompt_tokens) OVER w AS first_prompt_tokens,
                    first_value(t_at) OVER w AS first_t_at,
                    lag(deployment) OVER w AS prev_deployment, lag(error_type) OVER w AS prev_error_type,
-                   lag({FAILED}) OVER w AS prev_failed
+                   lag({FAILED}) OVER w AS prev_failed, lag(t_end) OVER w AS prev_t_end
             FROM a
-            WINDOW w AS (PARTITION BY trace_id ORDER BY coalesce(attempt, 0), t_at, source_line
+            -- the source's attempt order; without one, end time (a start can be the client request's)
+            WINDOW w AS (PARTITION BY trace_id ORDER BY attempt, coalesce(t_end, t_at), t_at, source_line
                          ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
         SELECT *, (fallback_from IS NOT NULL OR (k > 1 AND model IS DISTINCT FROM first_model)) AS is_fallback,
                coalesce(fallback_from, first_model) AS origin_model
@@ -87,6 +98,10 @@ def _attempts(ctx: DetectorContext, run: str) -> dict:
                                    count(fallback_from) AS marked, count(DISTINCT trace_id) AS traces
                             FROM requests WHERE run = {sql_literal(run)}""", [stamp])
     return ctx.one("SELECT n, traced, attempts, marked, traces FROM sl005_attempts_stamp")
+
+
+def _span(low: int | None, high: int | None) -> str:
+    return f"{low}" if low == high else f"{low}-{high}"
 
 
 def _interval(seconds: float) -> str:
@@ -149,9 +164,14 @@ def detect(ctx: DetectorContext) -> dict:
                count(CASE WHEN {FAILED} THEN 1 END) AS failed,
                count(CASE WHEN finish_reason = 'length' THEN 1 END) AS length,
                count(CASE WHEN ({FAILED} OR finish_reason = 'length') AND (
-                            max_tokens < first_max_tokens OR context_window < first_prompt_tokens OR {CONTEXT_ERROR})
+                            max_tokens < first_max_tokens OR context_window < first_prompt_tokens OR {CONTEXT_ERROR}
+                            OR {CUT_BELOW_ASKED})
                      THEN 1 END) AS mismatched,
                count(CASE WHEN max_tokens < first_max_tokens THEN 1 END) AS smaller_cap,
+               count(CASE WHEN {CUT_BELOW_ASKED} THEN 1 END) AS cut_below_asked,
+               max(CASE WHEN {CUT_BELOW_ASKED} THEN completion_tokens END) AS cut_at_most,
+               min(CASE WHEN {CUT_BELOW_ASKED} THEN coalesce(max_tokens, first_max_tokens) END) AS cut_asked_min,
+               max(CASE WHEN {CUT_BELOW_ASKED} THEN coalesce(max_tokens, first_max_tokens) END) AS cut_asked_max,
                count(CASE WHEN context_window < first_prompt_tokens OR ({FAILED} AND {CONTEXT_ERROR}) THEN 1 END)
                  AS context_short,
                count(CASE WHEN {FAILED} AND ((prev_failed AND (deployment = prev_deployment
@@ -168,12 +188,18 @@ def detect(ctx: DetectorContext) -> dict:
         FROM scope_requests d WHERE {not_fallback}""")
     # As a pool member: this scope's attempts, and whether their traces were answered elsewhere afterwards.
     pool = ctx.one(f"""
-        WITH mine AS (SELECT trace_id, min(t_at) AS t_first_here FROM sl005_attempts WHERE {me} GROUP BY trace_id),
+        WITH mine AS (SELECT trace_id, arg_min(t_at, k) AS t_first_here, min(k) AS k_first_here
+                      FROM sl005_attempts WHERE {me} GROUP BY trace_id),
              here AS (SELECT count(*) AS n, count(CASE WHEN {FAILED} THEN 1 END) AS failed FROM scope_requests),
-             answered AS (SELECT m.trace_id, min(a.t_at) AS t_answer_start, min(a.t_end) AS t_answer_end,
+             -- the first later attempt elsewhere that answered, from its start; a start before the end of the
+             -- attempt it followed is the client request's (a streamed answer behind the proxy), and then the end
+             -- of that attempt is the latest it can have started (a lower bound: it drops any backoff)
+             answered AS (SELECT m.trace_id,
+                                 arg_min(CASE WHEN a.prev_t_end IS NULL OR a.t_at >= a.prev_t_end THEN a.t_at
+                                              ELSE a.prev_t_end END, a.k) AS t_answer_start,
                                  min(m.t_first_here) AS t_first_here
                           FROM mine m JOIN sl005_attempts a ON a.trace_id = m.trace_id
-                          WHERE NOT {_in_scope(ctx, 'a')} AND a.t_at >= m.t_first_here AND NOT {failed('a')}
+                          WHERE NOT {_in_scope(ctx, 'a')} AND a.k > m.k_first_here AND NOT {failed('a')}
                           GROUP BY m.trace_id),
              added AS (SELECT date_diff('microsecond', t_first_here, t_answer_start) / 1e6 AS added_s FROM answered)
         SELECT (SELECT n FROM here) AS attempts, (SELECT failed FROM here) AS failed,
@@ -189,6 +215,7 @@ def detect(ctx: DetectorContext) -> dict:
         "fallbacks_in": inbound["fallbacks"], "fallback_origins": inbound["origins"],
         "fallbacks_failed": inbound["failed"], "fallbacks_ended_by_length": inbound["length"],
         "fallbacks_mismatched": inbound["mismatched"], "fallbacks_smaller_cap": inbound["smaller_cap"],
+        "fallbacks_cut_below_asked": inbound["cut_below_asked"], "fallback_cut_at_most_tokens": inbound["cut_at_most"],
         "fallbacks_context_short": inbound["context_short"], "fallbacks_same_failure_domain": inbound["same_domain"],
         "fallbacks_while_target_failing": inbound["target_failing_then"],
         "fallback_bad_share": rounded(fb_bad_share), "direct_bad_share": rounded(direct_bad_share),
@@ -197,8 +224,9 @@ def detect(ctx: DetectorContext) -> dict:
         "added_latency_max_s": rounded(pool["added_max_s"]),
     }
     thresholds = {k: p[k] for k in ("min_mismatches", "min_same_domain", "dead_error_share", "min_dead_attempts",
-                                    "min_fallbacks", "max_excess_bad_share", "domain_window_s")}
-    excess = (fb_bad_share - (direct_bad_share or 0.0)) if fb_bad_share is not None else None
+                                    "min_fallbacks", "max_excess_bad_share", "domain_window_s", "critical_share")}
+    # Without the model's own requests (every request here is a fallback) the comparison is unknown, not 0%.
+    excess = (fb_bad_share - direct_bad_share) if fb_bad_share is not None and direct_bad_share is not None else None
     worse_than_direct = bool(inbound["fallbacks"] >= p["min_fallbacks"] and excess is not None
                              and excess > p["max_excess_bad_share"])
     problems = []
@@ -206,7 +234,10 @@ def detect(ctx: DetectorContext) -> dict:
         problems.append(f"{inbound['mismatched']} of {inbound['fallbacks']} fallback(s) from {inbound['origins']} "
                         f"failed or ended by length with a smaller contract than the request asked for "
                         f"({inbound['smaller_cap']} of the {inbound['fallbacks']} got a smaller max_tokens, "
-                        f"{inbound['context_short']} a context short of the prompt)")
+                        + (f"{inbound['cut_below_asked']} were cut by length at {inbound['cut_at_most']} tokens or "
+                           f"fewer where the request asked for {_span(inbound['cut_asked_min'], inbound['cut_asked_max'])}, "
+                           if inbound["cut_below_asked"] else "")
+                        + f"{inbound['context_short']} a context short of the prompt)")
     elif worse_than_direct:
         problems.append(f"fallbacks from {inbound['origins']} failed or ended by length {pct(fb_bad_share)} of the "
                         f"time against {pct(direct_bad_share)} for this model's own requests")
@@ -265,6 +296,12 @@ def detect(ctx: DetectorContext) -> dict:
                      "windows": [{"start": window["a"], "end": window["b"]}]},
         "examples": examples,
     }
+    # Severity follows the users hit: a fallback that cannot give what was asked is a broken answer for every
+    # client request that lands on it.
+    broken_share = inbound["mismatched"] / markers["traces"] if markers["traces"] else None
+    metrics["mismatched_share_of_client_requests"] = rounded(broken_share)
+    if broken_share is not None and inbound["mismatched"] >= p["min_mismatches"] and broken_share >= p["critical_share"]:
+        result["severity"] = "critical"
     if dead and not (inbound["mismatched"] or worse_than_direct):
         result["remediation"] = (
             "Take the dead deployment out of the pool (or fix it): every request that reaches it waits for its "
