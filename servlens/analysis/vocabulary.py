@@ -31,9 +31,3 @@ TIMEOUT = ("coalesce(finish_reason = 'timeout' OR http_status IN ({statuses}) OR
     statuses=", ".join(map(str, TIMEOUT_STATUSES)), failed=FAILED,
     words=" OR ".join(f"{_type_text} LIKE '%{w}%'" for w in _TIMEOUT_WORDS))
 
-
-def failed_as(alias: str) -> str:
-    """FAILED over the columns of table alias `alias` (a self-join of attempts needs both sides); the same words."""
-    a = f"{alias}." if alias else ""
-    return (f"coalesce({a}status = 'error' OR {a}finish_reason IN ('error', 'abort', 'timeout') OR "
-            f"{a}http_status >= 400, false)")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, rounded, secs, table
 from servlens.analysis.runner import DetectorContext, sql_literal
-from servlens.analysis.vocabulary import failed_as
+from servlens.analysis.failures import failed as failed_as
 
 
 def failed(alias: str = "") -> str:

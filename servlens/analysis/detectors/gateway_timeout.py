@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, rounded, secs, table
 from servlens.analysis.runner import DetectorContext, sql_literal
-from servlens.analysis.vocabulary import FAILED, TIMEOUT, WAIT, failed_as
+from servlens.analysis.failures import failed as failed_as
+from servlens.analysis.vocabulary import FAILED, TIMEOUT, WAIT
 
 
 def num(value: float) -> str:
