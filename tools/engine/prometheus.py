@@ -1,0 +1,178 @@
+"""Start and stop a real Prometheus server (Debian's `prometheus` package) on 127.0.0.1, scraping given targets.
+
+    prom = start_prometheus(["127.0.0.1:8081"], workdir, interval_s=1.0)   # waits for /-/ready
+    prom.wait_for_scrape(after=time.time())                                 # a scrape that began after a moment
+    prom.stop()                                                             # by its PID: SIGTERM, then SIGKILL
+
+The config is generated (one job `llamacpp`, the given interval and static targets); the TSDB lives in `workdir`,
+so a stopped server leaves nothing running and nothing outside that folder. A target may be down when Prometheus
+starts (the engine comes up later): Prometheus keeps trying every interval.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import requests
+
+PROMETHEUS_ENV = "SERVLENS_PROMETHEUS_BIN"  # another binary (a newer Prometheus) instead of the one on PATH
+JOB = "llamacpp"
+
+
+def prometheus_binary() -> str | None:
+    """The prometheus executable: $SERVLENS_PROMETHEUS_BIN, else `prometheus` on PATH (Debian: /usr/bin)."""
+    return os.environ.get(PROMETHEUS_ENV) or shutil.which("prometheus")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def config_text(targets: list[str], interval_s: float, job: str = JOB) -> str:
+    interval = f"{int(interval_s * 1000)}ms"
+    listed = ", ".join(f'"{t}"' for t in targets)
+    return (f"global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\n  evaluation_interval: 1m\n"
+            f"scrape_configs:\n  - job_name: {job}\n    scrape_interval: {interval}\n    scrape_timeout: {interval}\n"
+            f"    static_configs:\n      - targets: [{listed}]\n")
+
+
+@dataclass
+class RunningPrometheus:
+    pid: int
+    url: str
+    workdir: Path
+    targets: list[str]
+    interval_s: float
+    _proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    def targets_info(self) -> list[dict]:
+        answer = requests.get(self.url + "/api/v1/targets", timeout=5).json()
+        return answer["data"]["activeTargets"]
+
+    def wait_for_scrape(self, after: float, timeout: float = 30.0, healthy: bool = True) -> dict:
+        """Wait until every target was scraped at or after `after` (Unix s) -- successfully, with `healthy`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            info = self.targets_info()
+            done = [t for t in info if _unix(t.get("lastScrape")) >= after and (t.get("health") == "up" or not healthy)]
+            if info and len(done) == len(info):
+                return {t["scrapeUrl"]: t for t in info}
+            time.sleep(0.2)
+        raise TimeoutError(f"Prometheus did not scrape {self.targets} after {after} within {timeout:.0f} s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        _RUNNING.pop(self.pid, None)
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self._proc.wait(5)
+
+    def __enter__(self) -> RunningPrometheus:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+_RUNNING: dict[int, RunningPrometheus] = {}
+
+
+def _unix(text: str | None) -> float:
+    if not text:
+        return 0.0
+    head, _, rest = text.partition(".")
+    zone = rest[-6:] if rest[-6:-5] in "+-" else "+00:00"
+    fraction = "".join(ch for ch in rest if ch.isdigit())[:9] if rest else ""
+    moment = datetime.fromisoformat(head + zone if rest else text.replace("Z", "+00:00"))
+    return moment.timestamp() + (float("0." + fraction) if fraction else 0.0)
+
+
+def start_prometheus(targets: list[str], workdir: Path, interval_s: float = 1.0, port: int | None = None,
+                     ready_timeout: float = 30.0) -> RunningPrometheus:
+    """Start Prometheus on 127.0.0.1:`port` (a free one by default) scraping `targets` every `interval_s`."""
+    binary = prometheus_binary()
+    if binary is None:
+        raise FileNotFoundError("no prometheus binary (apt-get install prometheus, or set SERVLENS_PROMETHEUS_BIN)")
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "prometheus.yml"
+    config.write_text(config_text(targets, interval_s), encoding="utf-8")
+    port = port or free_port()
+    log = open(workdir / "prometheus.log", "ab")
+    proc = subprocess.Popen(
+        [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=log, stderr=log, cwd=str(workdir))
+    log.close()
+    server = RunningPrometheus(proc.pid, f"http://127.0.0.1:{port}", workdir, list(targets), interval_s, proc)
+    _RUNNING[proc.pid] = server
+    deadline = time.monotonic() + ready_timeout
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"prometheus exited with code {proc.returncode} (log: {workdir / 'prometheus.log'})")
+            try:
+                if requests.get(server.url + "/-/ready", timeout=2).status_code == 200:
+                    return server
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"prometheus was not ready within {ready_timeout:.0f} s")
+    except BaseException:
+        server.stop()
+        raise
+
+
+def run_scraped(scenario: str, out_dir: Path, workdir: Path, interval_s: float = 1.0,
+                log=print) -> tuple[RunningPrometheus, list[dict]]:
+    """Run a scenario's runs (tools.engine.scenarios) with a real Prometheus scraping each engine beside the harness's
+    own scraper; each engine stays up until Prometheus has scraped it after its load ended. Returns the still
+    running Prometheus (the caller stops it) and the run summaries."""
+    from dataclasses import replace
+
+    from .scenarios import SCENARIOS, run_one
+
+    spec_of = SCENARIOS[scenario]
+    ports = [free_port() for _ in spec_of.runs]
+    started = time.time()
+    prom = start_prometheus([f"127.0.0.1:{port}" for port in ports], workdir, interval_s)
+    summaries = []
+    try:
+        # Prometheus applies new targets on a 5 s tick: wait until its scrape loops run (the engines are not up
+        # yet, so the first tries fail), so that the load's first seconds are scraped too.
+        prom.wait_for_scrape(started, healthy=False)
+        for port, spec in zip(ports, spec_of.runs):
+            spec = replace(spec, server=replace(spec.server, port=port))
+            summaries.append(run_one(spec, Path(out_dir), spec_of, None, 1234, log,
+                                     before_stop=lambda: prom.wait_for_scrape(time.time(), healthy=False)))
+    except BaseException:
+        prom.stop()
+        raise
+    return prom, summaries
+
+
+def stop_all() -> None:
+    """Stop every Prometheus this process started (by PID)."""
+    for server in list(_RUNNING.values()):
+        server.stop(timeout=5)
+
+
+import atexit
+
+atexit.register(stop_all)
