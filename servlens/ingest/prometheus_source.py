@@ -10,8 +10,8 @@ gauge, SGLang's and TGI's queue sizes), plus the roles the workload summary read
 sum: counters, gauges and histogram `_bucket/_sum/_count` as exposed) with one selector per range,
 `{__name__=~"(?:a|b|...)(?:_total|_bucket|_sum|_count)?", <--prometheus-selector matchers>}`, via
 `/api/v1/query_range` at the targets' scrape interval (read from `/api/v1/targets`, else `/api/v1/status/config`,
-else 15 s with a note). The step grid sits half an interval after the target's scrape phase (its `lastScrape`), so
-each step picks exactly one scrape (jitter up to half an interval) and a sample is neither repeated nor skipped; a
+else 15 s with a note). The step grid sits half an interval after the target's scrape phase (its last `up` sample in the
+window, else its `lastScrape`), so each step picks exactly one scrape (jitter up to half an interval) and a sample is neither repeated nor skipped; a
 stored time is therefore the evaluation step, at most half an interval after the scrape.
 
 What lands in the store is what a saved query_range JSON file gives (servlens.ingest.metrics, format
@@ -471,12 +471,34 @@ class PrometheusSession:
         t0, t1 = (moment.replace(tzinfo=UTC).timestamp() for moment in span)
         return round(t0 - self.pull.pad_s, 3), round(t1 + self.pull.pad_s, 3)
 
+    def scrape_phase(self, moments: tuple[float, ...]) -> float | None:
+        """When a target was scraped: the time of its last `up` sample at or before the first of `moments` that has
+        one (the window's middle, then its last step). A stored sample in the past gives the same grid on every pull
+        of the window; the live `lastScrape` of the targets, read last, moves with the scrapes' jitter."""
+        matchers = "{" + self.pull.matchers + "}"
+        for at in moments:
+            at = min(at, time.time())
+            try:
+                data = self.client.get("/api/v1/query", [("query", f"timestamp(up{matchers})"),
+                                                         ("time", f"{at:.3f}")], optional=True)
+            except PrometheusError:
+                return self.interval.phase
+            found = data.get("result") if isinstance(data, dict) and data.get("resultType") == "vector" else None
+            for series in sorted(found or [], key=lambda s: json.dumps(s.get("metric"), sort_keys=True)):
+                try:
+                    return float(series["value"][1])
+                except (KeyError, IndexError, TypeError, ValueError):
+                    continue
+        return self.interval.phase
+
     def fetch(self, run: str, window: tuple[float, float]) -> Pulled:
         started = time.monotonic()
         requests, size = self.client.requests, self.client.bytes
         step = self.interval.seconds
         query = self.pull.query()
-        grid = step_grid(window[0], window[1], step, self.interval.phase)
+        # No step after now: Prometheus would fill future steps with the last sample for its 5-minute lookback.
+        last_step = min(window[1], time.time())
+        grid = step_grid(window[0], last_step, step, self.scrape_phase(((window[0] + window[1]) / 2, last_step)))
         merged = query_range(self.client, query, *grid, step) if grid else {}
         document = {"status": "success", "data": {"resultType": "matrix", "result": list(merged.values())}}
         points = sum(len(s.get("values") or []) for s in merged.values())

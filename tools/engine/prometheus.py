@@ -161,6 +161,9 @@ def run_scraped(scenario: str, out_dir: Path, workdir: Path, interval_s: float =
             spec = replace(spec, server=replace(spec.server, port=port))
             summaries.append(run_one(spec, Path(out_dir), spec_of, None, 1234, log,
                                      before_stop=lambda: prom.wait_for_scrape(time.time(), healthy=False)))
+            # One failed scrape after the engine stopped: Prometheus then marks its series stale, so a range query
+            # does not carry the last values on for its 5-minute lookback.
+            prom.wait_for_scrape(time.time(), healthy=False)
     except BaseException:
         prom.stop()
         raise
