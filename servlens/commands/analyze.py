@@ -152,9 +152,12 @@ def _open(ctx, paths, metrics_paths, db, runs, from_format, pull=None):
     from servlens.store.schema import open_store
 
     if paths or metrics_paths or pull:
+        if db and pull and not (paths or metrics_paths):
+            raise ConfigError("--prometheus pulls into a temporary store, not into --db",
+                              "Keep the pull with 'servlens ingest --prometheus URL --db STORE', then analyse --db")
         if db:
-            raise ConfigError("Give files (or --prometheus) to analyse or --db with a store, not both",
-                              "Add them to the store with 'servlens ingest' first, or drop --db")
+            raise ConfigError("Give files to analyse or --db with a store, not both",
+                              "Add the files to the store with 'servlens ingest' first, or drop --db")
         if len(runs) > 1:
             raise ConfigError("With files, --run names the one run label to ingest them as", "Pass --run once")
         from servlens.analysis.inputs import ingest_paths

@@ -313,7 +313,8 @@ def parse_duration(text: str) -> float | None:
 def _rfc3339(text: str | None) -> float | None:
     if not text or text.startswith("0001-"):
         return None
-    match = re.fullmatch(r"(.*?T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", text.strip())
+    # VictoriaMetrics 1.79 writes the fraction without its dot ('2026-12-01T23:07:00931Z'): read both forms.
+    match = re.fullmatch(r"(.*?T\d\d:\d\d:\d\d)(?:\.?(\d+))?(Z|[+-]\d\d:\d\d)", text.strip())
     if not match:
         return None
     head, fraction, zone = match.groups()

@@ -1,5 +1,6 @@
-"""`--prometheus URL` against a real Prometheus (Debian's `prometheus` package) that scraped a real llama.cpp server
-(tools/engine) during the burst scenario, beside the harness's own scrape files of the same run.
+"""`--prometheus URL` against a real Prometheus (Debian's `prometheus` package) and a real VictoriaMetrics (Debian's
+`victoria-metrics`) that both scraped a real llama.cpp server (tools/engine) during the burst scenario, beside the
+harness's own scrape files of the same run.
 
 What must hold follows from the run itself: the SL004 state comes from what the engine's scrapes and timings show
 (records.engine_queueing); analyze with --prometheus gives the same state and severity for every rule as analyze with
@@ -22,34 +23,45 @@ from .records import engine_queueing, servlens
 
 NEEDS_ENGINE = True
 
-from tools.engine.prometheus import prometheus_binary  # noqa: E402 - conftest put the checkout on sys.path
+from tools.engine.prometheus import server_binary  # noqa: E402 - conftest put the checkout on sys.path
 
-pytestmark = pytest.mark.skipif(
-    prometheus_binary() is None,
-    reason="no prometheus binary: apt-get install prometheus (.ci/run does), or set SERVLENS_PROMETHEUS_BIN")
+KINDS = [pytest.param(kind, marks=pytest.mark.skipif(server_binary(kind) is None, reason=(
+             f"no {kind} binary: apt-get install {kind} (.ci/run installs both)")))
+         for kind in ("prometheus", "victoria-metrics")]
 
 # Evidence of SL004 read from engine gauges: sampled at other instants by Prometheus than by the harness's scraper.
 GAUGE_EVIDENCE = ("waiting_max", "running_max", "kv_cache_usage_max", "preemptions")
 
 
 @pytest.fixture(scope="module")
-def scraped(tmp_path_factory):
-    """The burst run with Prometheus scraping the engine every second; (Prometheus, run folder, logs-only folder)."""
+def burst_run(tmp_path_factory):
+    """The burst run with every installed metric server scraping the engine each second: (servers by kind, run
+    folder, the same folder without the harness's scrapes)."""
     from tools.engine.prometheus import run_scraped
 
+    kinds = tuple(k for k in ("prometheus", "victoria-metrics") if server_binary(k))
+    if not kinds:
+        pytest.skip("no prometheus binary: apt-get install prometheus (.ci/run does)")
     out = tmp_path_factory.mktemp("prom-engine")
-    prom, _ = run_scraped("burst", out, out / "prometheus", interval_s=1.0,
-                          log=lambda msg: print(msg, file=sys.stderr))
+    servers, _ = run_scraped("burst", out, out / "servers", interval_s=1.0, kinds=kinds,
+                             log=lambda msg: print(msg, file=sys.stderr))
     try:
         run_dir = out / "burst"
-        logs = out / "logs-only"  # the same folder without the harness's scrapes: metrics come from Prometheus only
+        logs = out / "logs-only"  # metrics come from the server only
         logs.mkdir()
         for path in run_dir.iterdir():
             if not path.name.startswith("metrics_"):
                 shutil.copy(path, logs / path.name)
-        yield prom, run_dir, logs
+        yield servers, run_dir, logs
     finally:
-        prom.stop()
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.fixture(params=KINDS)
+def scraped(request, burst_run):
+    servers, run_dir, logs = burst_run
+    return servers[request.param], run_dir, logs
 
 
 def _analyze(tmp_path, *args) -> dict:
@@ -60,10 +72,14 @@ def _analyze(tmp_path, *args) -> dict:
 
 
 def _raw(prom, query: str, end: float, span_s: int = 900) -> list[dict]:
-    """Prometheus' raw samples (a range selector evaluated once: every scrape with its own time)."""
+    """The server's raw samples (a range selector evaluated once: every scrape with its own time). VictoriaMetrics
+    returns the staleness marker written when the engine stopped as a last "NaN"; it is no sample."""
     answer = requests.post(prom.url + "/api/v1/query", data={"query": f"{query}[{span_s}s]", "time": end},
                            timeout=30).json()
     assert answer["status"] == "success", answer
+    for series in answer["data"]["result"]:
+        while series["values"] and series["values"][-1][1] == "NaN":
+            series["values"].pop()
     return answer["data"]["result"]
 
 
@@ -98,8 +114,9 @@ def test_ingest_keeps_prometheus_raw_samples_for_offline_reanalysis(scraped, tmp
     assert done.returncode == 0, done.stderr
     (pulled,) = [s for s in json.loads(done.stdout)["sources"] if s["format"] == "prometheus-api"]
     info = pulled["prometheus"]
-    assert (info["step_s"], info["interval_from"]) == (1.0, "targets")
-    print(f"pulled for run burst: {info['series']} series, {info['points']} points, {info['bytes']} bytes, "
+    # Prometheus lists each target's interval; VictoriaMetrics 1.79's targets do not, its config does
+    assert (info["step_s"], info["interval_from"]) == (1.0, "targets" if prom.kind == "prometheus" else "config")
+    print(f"{prom.kind}: pulled for run burst: {info['series']} series, {info['points']} points, {info['bytes']} bytes, "
           f"{info['http_requests']} requests, {info['seconds']} s", file=sys.stderr)
 
     import duckdb

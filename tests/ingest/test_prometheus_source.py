@@ -480,3 +480,28 @@ def test_a_url_that_is_not_a_prometheus_api_says_so(fake):
     assert session.interval.source == "default"
     with pytest.raises(PrometheusError, match=r"did not answer /api/v1/query_range as a Prometheus API \(HTTP 200"):
         session.pull_into(open_store(":memory:"), {"r": (1796165660.0, 1796165680.0)})
+
+
+def test_compare_pulls_each_sides_own_window(fake, tmp_path):
+    fake.routes["/api/v1/query_range"] = series_route(lambda t: "0", fake)
+    samples = Path(__file__).resolve().parents[2] / "sample_logs"
+    before, after = samples / "steady-a" / "requests.jsonl", samples / "steady-b" / "requests.jsonl"
+    done = servlens(tmp_path, "compare", str(before), str(after), "--prometheus", fake.url, "--format", "json")
+    assert done.returncode in (0, 1, 3), done.stderr
+    spans = []
+    for log in (before, after):
+        con = open_store(":memory:")
+        ingest_inputs(con, [str(log)], run="x")
+        t0, t1 = con.execute("SELECT epoch(min(t_arrival)), epoch(max(coalesce(t_end, t_arrival))) FROM requests "
+                             "WHERE run = 'x'").fetchone()
+        spans.append((t0 - 120, t1 + 120))
+    sent = fake.range_queries()
+    assert len(sent) == 2
+    for query, (start, end) in zip(sent, spans):
+        assert start <= float(query["start"]) < start + 1 and end - 1 < float(query["end"]) <= end
+    refused = servlens(tmp_path, "compare", "--db", str(tmp_path / "none.duckdb"), "--before", "a", "--after", "b",
+                       "--prometheus", fake.url)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == ("Error: --prometheus pulls metrics for BEFORE and AFTER files or folders, not "
+                                      "for runs in a store. Keep them with 'servlens ingest --prometheus URL --db "
+                                      "STORE' first, or give the files.")

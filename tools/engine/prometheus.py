@@ -1,17 +1,20 @@
-"""Start and stop a real Prometheus server (Debian's `prometheus` package) on 127.0.0.1, scraping given targets.
+"""Start and stop real metric servers on 127.0.0.1 scraping given targets: Prometheus (Debian's `prometheus`
+package) and VictoriaMetrics (Debian's `victoria-metrics`), from one generated scrape config.
 
-    prom = start_prometheus(["127.0.0.1:8081"], workdir, interval_s=1.0)   # waits for /-/ready
+    prom = start_prometheus(["127.0.0.1:8081"], workdir, interval_s=1.0)   # waits until ready
+    vm = start_prometheus(["127.0.0.1:8081"], workdir2, kind="victoria-metrics")
     prom.wait_for_scrape(after=time.time())                                 # a scrape that began after a moment
     prom.stop()                                                             # by its PID: SIGTERM, then SIGKILL
+    servers, runs = run_scraped("burst", out, workdir, kinds=("prometheus", "victoria-metrics"))
 
-The config is generated (one job `llamacpp`, the given interval and static targets); the TSDB lives in `workdir`,
-so a stopped server leaves nothing running and nothing outside that folder. A target may be down when Prometheus
-starts (the engine comes up later): Prometheus keeps trying every interval.
-"""
+The config is generated (one job `llamacpp`, the given interval and static targets); the data lives in `workdir`,
+so a stopped server leaves nothing running and nothing outside that folder. A target may be down when the server
+starts (the engine comes up later): it keeps trying every interval."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -53,6 +56,7 @@ class RunningPrometheus:
     workdir: Path
     targets: list[str]
     interval_s: float
+    kind: str = "prometheus"  # or "victoria-metrics"
     _proc: subprocess.Popen | None = field(default=None, repr=False)
 
     def targets_info(self) -> list[dict]:
@@ -94,56 +98,74 @@ _RUNNING: dict[int, RunningPrometheus] = {}
 
 
 def _unix(text: str | None) -> float:
-    if not text:
+    """An RFC 3339 time with nanoseconds (Prometheus) or a dot-less fraction (VictoriaMetrics 1.79) as Unix s."""
+    match = re.fullmatch(r"(.*?T\d\d:\d\d:\d\d)(?:\.?(\d+))?(Z|[+-]\d\d:\d\d)", (text or "").strip())
+    if not match:
         return 0.0
-    head, _, rest = text.partition(".")
-    zone = rest[-6:] if rest[-6:-5] in "+-" else "+00:00"
-    fraction = "".join(ch for ch in rest if ch.isdigit())[:9] if rest else ""
-    moment = datetime.fromisoformat(head + zone if rest else text.replace("Z", "+00:00"))
+    head, fraction, zone = match.groups()
+    moment = datetime.fromisoformat(head + ("+00:00" if zone == "Z" else zone))
     return moment.timestamp() + (float("0." + fraction) if fraction else 0.0)
 
 
+# The servers this harness can start: (binary finder, argv, readiness path). Both read the same scrape config.
+SERVERS = ("prometheus", "victoria-metrics")
+
+
+def server_binary(kind: str = "prometheus") -> str | None:
+    """The executable of `kind`: prometheus ($SERVLENS_PROMETHEUS_BIN, else PATH) or victoria-metrics (PATH)."""
+    return prometheus_binary() if kind == "prometheus" else shutil.which("victoria-metrics")
+
+
+def _argv(kind: str, binary: str, config: Path, data: Path, port: int) -> list[str]:
+    if kind == "prometheus":
+        return [binary, f"--config.file={config}", f"--storage.tsdb.path={data}",
+                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+    # VictoriaMetrics hides the last 30 s from range queries by default (-search.latencyOffset): a test reads at once.
+    return [binary, f"-promscrape.config={config}", f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{port}",
+            "-search.latencyOffset=0s", "-retentionPeriod=1d", "-loggerLevel=ERROR", "-promscrape.config.strictParse=false"]
+
+
 def start_prometheus(targets: list[str], workdir: Path, interval_s: float = 1.0, port: int | None = None,
-                     ready_timeout: float = 30.0) -> RunningPrometheus:
-    """Start Prometheus on 127.0.0.1:`port` (a free one by default) scraping `targets` every `interval_s`."""
-    binary = prometheus_binary()
+                     ready_timeout: float = 30.0, kind: str = "prometheus") -> RunningPrometheus:
+    """Start Prometheus (or VictoriaMetrics, `kind`) on 127.0.0.1:`port` (a free one by default) scraping `targets`
+    every `interval_s`."""
+    binary = server_binary(kind)
     if binary is None:
-        raise FileNotFoundError("no prometheus binary (apt-get install prometheus, or set SERVLENS_PROMETHEUS_BIN)")
+        raise FileNotFoundError(f"no {kind} binary (apt-get install {kind})")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
     config.write_text(config_text(targets, interval_s), encoding="utf-8")
     port = port or free_port()
-    log = open(workdir / "prometheus.log", "ab")
-    proc = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=log, stderr=log, cwd=str(workdir))
-    log.close()
-    server = RunningPrometheus(proc.pid, f"http://127.0.0.1:{port}", workdir, list(targets), interval_s, proc)
+    with open(workdir / f"{kind}.log", "ab") as log:
+        proc = subprocess.Popen(_argv(kind, binary, config, workdir / "data", port), stdout=log, stderr=log,
+                                cwd=str(workdir))
+    server = RunningPrometheus(proc.pid, f"http://127.0.0.1:{port}", workdir, list(targets), interval_s, kind, proc)
     _RUNNING[proc.pid] = server
+    ready = "/-/ready" if kind == "prometheus" else "/health"
     deadline = time.monotonic() + ready_timeout
     try:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited with code {proc.returncode} (log: {workdir / 'prometheus.log'})")
+                raise RuntimeError(f"{kind} exited with code {proc.returncode} (log: {workdir / f'{kind}.log'})")
             try:
-                if requests.get(server.url + "/-/ready", timeout=2).status_code == 200:
+                if requests.get(server.url + ready, timeout=2).status_code == 200:
                     return server
             except requests.RequestException:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"prometheus was not ready within {ready_timeout:.0f} s")
+        raise RuntimeError(f"{kind} was not ready within {ready_timeout:.0f} s")
     except BaseException:
         server.stop()
         raise
 
 
-def run_scraped(scenario: str, out_dir: Path, workdir: Path, interval_s: float = 1.0,
-                log=print) -> tuple[RunningPrometheus, list[dict]]:
-    """Run a scenario's runs (tools.engine.scenarios) with a real Prometheus scraping each engine beside the harness's
-    own scraper; each engine stays up until Prometheus has scraped it after its load ended. Returns the still
-    running Prometheus (the caller stops it) and the run summaries."""
+def run_scraped(scenario: str, out_dir: Path, workdir: Path, interval_s: float = 1.0, log=print,
+                kinds: tuple[str, ...] = ("prometheus",)) -> tuple[dict[str, RunningPrometheus], list[dict]]:
+    """Run a scenario's runs (tools.engine.scenarios) with real metric servers (`kinds`: prometheus,
+    victoria-metrics) scraping each engine beside the harness's own scraper; each engine stays up until every server
+    has scraped it after its load ended. Returns the still running servers by kind (the caller stops them) and the
+    run summaries."""
     from dataclasses import replace
 
     from .scenarios import SCENARIOS, run_one
@@ -151,23 +173,32 @@ def run_scraped(scenario: str, out_dir: Path, workdir: Path, interval_s: float =
     spec_of = SCENARIOS[scenario]
     ports = [free_port() for _ in spec_of.runs]
     started = time.time()
-    prom = start_prometheus([f"127.0.0.1:{port}" for port in ports], workdir, interval_s)
+    servers: dict[str, RunningPrometheus] = {}
     summaries = []
+
+    def scraped_after(moment: float) -> None:
+        for server in servers.values():
+            server.wait_for_scrape(moment, healthy=False)
+
     try:
-        # Prometheus applies new targets on a 5 s tick: wait until its scrape loops run (the engines are not up
+        for kind in kinds:
+            servers[kind] = start_prometheus([f"127.0.0.1:{port}" for port in ports], Path(workdir) / kind,
+                                             interval_s, kind=kind)
+        # Prometheus applies new targets on a 5 s tick: wait until the scrape loops run (the engines are not up
         # yet, so the first tries fail), so that the load's first seconds are scraped too.
-        prom.wait_for_scrape(started, healthy=False)
+        scraped_after(started)
         for port, spec in zip(ports, spec_of.runs):
             spec = replace(spec, server=replace(spec.server, port=port))
             summaries.append(run_one(spec, Path(out_dir), spec_of, None, 1234, log,
-                                     before_stop=lambda: prom.wait_for_scrape(time.time(), healthy=False)))
-            # One failed scrape after the engine stopped: Prometheus then marks its series stale, so a range query
-            # does not carry the last values on for its 5-minute lookback.
-            prom.wait_for_scrape(time.time(), healthy=False)
+                                     before_stop=lambda: scraped_after(time.time())))
+            # One failed scrape after the engine stopped: the series are then marked stale, so a range query does
+            # not carry the last values on for its 5-minute lookback.
+            scraped_after(time.time())
     except BaseException:
-        prom.stop()
+        for server in servers.values():
+            server.stop()
         raise
-    return prom, summaries
+    return servers, summaries
 
 
 def stop_all() -> None:
