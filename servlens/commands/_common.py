@@ -117,20 +117,28 @@ def import_in_background(*modules: str) -> threading.Thread:
 
 
 def prometheus_options(window: bool = True):
-    """`--prometheus URL` and `--prometheus-selector`, plus `--prometheus-start/--prometheus-end` when `window`."""
+    """`--prometheus URL` and `--prometheus-selector`, plus `--prometheus-start/-end` with `window`."""
 
     def decorate(func):
         if window:
-            func = click.option("--prometheus-end", "prometheus_end", default=None, metavar="TIME",
-                                help="End of the window to pull (ISO-8601 or Unix s) [default: the logs' last "
-                                     "request + 2 min].")(func)
-            func = click.option("--prometheus-start", "prometheus_start", default=None, metavar="TIME",
-                                help="Start of the window to pull [default: the logs' first request - 2 min].")(func)
-        func = click.option("--prometheus-selector", "prometheus_selector", default=None, metavar="'{LABELS}'",
-                            help="Label matchers narrowing the pulled series, e.g. '{job=\"llm\"}'.")(func)
-        func = click.option("--prometheus", "prometheus_url", default=None, metavar="URL",
-                            help="Pull the engine metrics the rules need from this Prometheus-compatible server "
-                                 "(auth: $SERVLENS_PROMETHEUS_TOKEN, or _USER and _PASSWORD).")(func)
+            func = click.option(
+                "--prometheus-end", "prometheus_end", default=None, metavar="TIME",
+                help="End of the window to pull (ISO-8601 or Unix s) [default: the logs' last request "
+                     "+ 2 min].",
+            )(func)
+            func = click.option(
+                "--prometheus-start", "prometheus_start", default=None, metavar="TIME",
+                help="Start of the window to pull [default: the logs' first request - 2 min].",
+            )(func)
+        func = click.option(
+            "--prometheus-selector", "prometheus_selector", default=None, metavar="'{LABELS}'",
+            help="Label matchers narrowing the pulled series, e.g. '{job=\"llm\"}'.",
+        )(func)
+        func = click.option(
+            "--prometheus", "prometheus_url", default=None, metavar="URL",
+            help="Pull the engine metrics the rules need from this Prometheus-compatible server "
+                 "(auth: $SERVLENS_PROMETHEUS_TOKEN, or _USER and _PASSWORD).",
+        )(func)
         return func
 
     return decorate
@@ -142,8 +150,8 @@ def prometheus_pull(url: str | None, selector: str | None, start: str | None = N
     built-in rules when None)."""
     if url is None:
         if selector or start or end:
-            raise ConfigError("--prometheus-selector, --prometheus-start and --prometheus-end need --prometheus URL",
-                              "Add --prometheus http://HOST:9090")
+            raise ConfigError("--prometheus-selector, --prometheus-start and --prometheus-end need "
+                              "--prometheus URL", "Add --prometheus http://HOST:9090")
         return None
     from servlens.ingest.prometheus_source import prometheus_pull as build
     from servlens.ingest.prometheus_source import required_by

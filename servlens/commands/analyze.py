@@ -74,7 +74,7 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
         servlens analyze logs/ --select SL001,SL004 --set SL004.min_queue_share=0.6 --fail-on warning
         servlens analyze logs/ --format md --out summary.md
         servlens analyze incident-1128/ --verbose
-        servlens analyze incident-1128/ --prometheus http://prometheus:9090 --prometheus-selector '{job="llm"}'
+        servlens analyze incident-1128/ --prometheus http://prom:9090 --prometheus-selector '{job="llm"}'
     """
     from servlens.analysis.rules import load_rules, parse_overrides, select_rules
     from servlens.analysis.runner import analyze as run_analysis
@@ -147,14 +147,15 @@ def _warn_not_evaluable(doc: dict) -> None:
 
 
 def _open(ctx, paths, metrics_paths, db, runs, from_format, pull=None):
-    """(connection, runs to analyse, skipped files): a temporary store from PATHS (and --prometheus), or an existing
-    store."""
+    """(connection, runs to analyse, skipped files): a temporary store from PATHS (and --prometheus), or an
+    existing store."""
     from servlens.store.schema import open_store
 
     if paths or metrics_paths or pull:
         if db and pull and not (paths or metrics_paths):
             raise ConfigError("--prometheus pulls into a temporary store, not into --db",
-                              "Keep the pull with 'servlens ingest --prometheus URL --db STORE', then analyse --db")
+                              "Keep the pull with 'servlens ingest --prometheus URL --db STORE', "
+                              "then analyse --db")
         if db:
             raise ConfigError("Give files to analyse or --db with a store, not both",
                               "Add the files to the store with 'servlens ingest' first, or drop --db")

@@ -111,8 +111,9 @@ def _open_runs(ctx, before, after, db, before_run, after_run, from_format, scrat
 
     labels_only = before and after and not any(map(_looks_like_path, (before, after)))
     if pull is not None and (before_run or after_run or labels_only):
-        raise ConfigError("--prometheus pulls metrics for BEFORE and AFTER files or folders, not for runs in a store",
-                          "Keep them with 'servlens ingest --prometheus URL --db STORE' first, or give the files")
+        raise ConfigError("--prometheus pulls metrics for BEFORE and AFTER files or folders, not for runs "
+                          "in a store", "Keep them with 'servlens ingest --prometheus URL --db STORE' first, "
+                          "or give the files")
     if before_run or after_run:
         if before or after:
             raise ConfigError("Give either two paths or run labels as arguments, or --before/--after, not both",
@@ -149,8 +150,8 @@ def _looks_like_path(value: str) -> bool:
 
 
 def _ingest(con, path: str, run: str, from_format: str | None, pull=None) -> None:
-    """Ingest a file or folder into the temporary store as run `run` (servlens.ingest.api); with `pull`, the engine
-    metrics of that run's own time span from Prometheus too."""
+    """Ingest a file or folder into the temporary store as run `run` (servlens.ingest.api); with `pull`, the
+    engine metrics of that run's own time span from Prometheus too."""
     from servlens.commands._common import echo_prometheus_notes
     from servlens.ingest.api import ingest_inputs
 

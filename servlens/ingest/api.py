@@ -199,8 +199,9 @@ def ingest_inputs(
 ) -> IngestReport:
     """Ingest files, folders and globs into the store behind `con`; see the module docstring.
 
-    `prometheus` (a servlens.ingest.prometheus_source.PrometheusPull) also pulls engine metrics from that server for
-    each run's time span; the server is reached before any file is read, so one that is down writes nothing."""
+    `prometheus` (a servlens.ingest.prometheus_source.PrometheusPull) also pulls engine metrics from that
+    server for each run's time span; the server is reached before any file is read, so one that is down
+    writes nothing."""
     if from_format and profile_file:
         raise ConfigError("--from and --profile both name a format", "Pass one of them")
     forced = load_profile_file(profile_file) if profile_file else get_profile(from_format) if from_format else None

@@ -1,29 +1,32 @@
 """Pulling engine metrics straight from a Prometheus-compatible server (`--prometheus URL`, issue 18).
 
-    pull = prometheus_pull("http://prometheus:9090", required=["llamacpp:requests_deferred"], selector='{job="llm"}')
-    session = open_session(pull)                   # reaches the server first: down or 401 fails before any write
+    pull = prometheus_pull(URL, required=["llamacpp:requests_deferred"], selector='{job="llm"}')
+    session = open_session(pull)          # reaches the server first: down or 401 fails before any write
     summaries = session.pull_into(con, {"burst": (t0, t1)})   # one transaction for every run
 
-What is asked for: the normalised names the selected rules' `[[requires]]` name, widened through METRIC_ROLES to every
-engine family's series of the same role (a rule written against vLLM's waiting gauge also gets llama.cpp's deferred
-gauge, SGLang's and TGI's queue sizes), plus the roles the workload summary reads. They are fetched raw (no rate(), no
-sum: counters, gauges and histogram `_bucket/_sum/_count` as exposed) with one selector per range,
-`{__name__=~"(?:a|b|...)(?:_total|_bucket|_sum|_count)?", <--prometheus-selector matchers>}`, via
-`/api/v1/query_range` at the targets' scrape interval (read from `/api/v1/targets`, else `/api/v1/status/config`,
-else 15 s with a note). The step grid sits half an interval after the target's scrape phase (its last `up` sample in the
-window, else its `lastScrape`), so each step picks exactly one scrape (jitter up to half an interval) and a sample is neither repeated nor skipped; a
-stored time is therefore the evaluation step, at most half an interval after the scrape.
+What is asked for: the normalised names the selected rules' `[[requires]]` name, widened through METRIC_ROLES
+to every engine family's series of the same role (a rule written against vLLM's waiting gauge also gets
+llama.cpp's deferred gauge, SGLang's and TGI's queue sizes), plus the roles the workload summary reads. They
+are fetched raw (no rate(), no sum: counters, gauges and histogram `_bucket/_sum/_count` as exposed) with one
+selector per range, `{__name__=~"(?:a|b|...)(?:_total|_bucket|_sum|_count)?", <--prometheus-selector
+matchers>}`, via `/api/v1/query_range` at the targets' scrape interval (read from `/api/v1/targets`, else
+`/api/v1/status/config`, else 15 s with a note). The step grid sits half an interval after the target's scrape
+phase (its last `up` sample in the window, else its `lastScrape`), so each step picks exactly one scrape
+(jitter up to half an interval) and a sample is neither repeated nor skipped; a stored time is therefore the
+evaluation step, at most half an interval after the scrape.
 
 What lands in the store is what a saved query_range JSON file gives (servlens.ingest.metrics, format
-'prometheus-api'): the same name normalisation, `name_raw` as exposed, counter resets left to the store's views. The
-source row's path is the URL (credentials removed) plus the query, start, end and step; its sha256 is that of the
-merged answer, so pulling the same window again adds nothing and a window whose data changed replaces its rows.
+'prometheus-api'): the same name normalisation, `name_raw` as exposed, counter resets left to the store's
+views. The source row's path is the URL (credentials removed) plus the query, start, end and step; its sha256
+is that of the merged answer, so pulling the same window again adds nothing and a window whose data changed
+replaces its rows.
 
-Robustness (Prometheus web/api/v1/api.go): `status: error` answers (errorType bad_data/execution/timeout/...) are one
-sentence; `warnings` are kept in the summary; "NaN"/"+Inf" strings are values like any other; a range over
-MAX_POINTS points per series is split (and split again when a server's own limit is lower); timeouts, 429 and 5xx are
-retried with backoff; bearer token or basic auth come from SERVLENS_PROMETHEUS_TOKEN or SERVLENS_PROMETHEUS_USER /
-SERVLENS_PROMETHEUS_PASSWORD and are never echoed (nor is a user:password in the URL).
+Robustness (Prometheus web/api/v1/api.go): `status: error` answers (errorType bad_data/execution/timeout/...)
+are one sentence; `warnings` are kept in the summary; "NaN"/"+Inf" strings are values like any other; a range
+over MAX_POINTS points per series is split (and split again when a server's own limit is lower); timeouts, 429
+and 5xx are retried with backoff; bearer token or basic auth come from SERVLENS_PROMETHEUS_TOKEN or
+SERVLENS_PROMETHEUS_USER / SERVLENS_PROMETHEUS_PASSWORD and are never echoed (nor is a user:password in the
+URL).
 """
 
 from __future__ import annotations
@@ -53,28 +56,53 @@ TOKEN_ENV = "SERVLENS_PROMETHEUS_TOKEN"
 USER_ENV = "SERVLENS_PROMETHEUS_USER"
 PASSWORD_ENV = "SERVLENS_PROMETHEUS_PASSWORD"
 
-# Prometheus refuses a range query over 11,000 points per series (web/api/v1/api.go, "exceeded maximum resolution").
+# Prometheus refuses a range query over 11,000 points per series (web/api/v1/api.go: "exceeded maximum
+# resolution of 11,000 points per timeseries").
 MAX_POINTS = 11_000
 DEFAULT_INTERVAL_S = 15.0  # Prometheus' own default scrape_interval, used only when the server does not say
-DEFAULT_PAD_S = 120.0  # the request logs' span is widened by this on each side: gauges before the first request
+# the request logs' span is widened by this on each side: gauges before the first request
+DEFAULT_PAD_S = 120.0
 SOURCE_FORMAT = "prometheus-api"
 
 # Each role's series in every engine family, as normalised base names (reference/engines.md §1a, §4a, §5a, §6).
 # A rule that names one of them needs the role; the pull asks for the role's names in every family.
 METRIC_ROLES: dict[str, tuple[str, ...]] = {
-    "waiting": ("vllm:num_requests_waiting", "vllm:num_requests_waiting_by_reason", "llamacpp:requests_deferred",
-                "sglang:num_queue_reqs", "tgi_queue_size"),
-    "running": ("vllm:num_requests_running", "llamacpp:requests_processing", "llamacpp:n_busy_slots_per_decode",
-                "sglang:num_running_reqs", "tgi_batch_current_size"),
+    "waiting": (
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_waiting_by_reason",
+        "llamacpp:requests_deferred",
+        "sglang:num_queue_reqs",
+        "tgi_queue_size",
+    ),
+    "running": (
+        "vllm:num_requests_running",
+        "llamacpp:requests_processing",
+        "llamacpp:n_busy_slots_per_decode",
+        "sglang:num_running_reqs",
+        "tgi_batch_current_size",
+    ),
     "kv_usage": ("vllm:kv_cache_usage_perc", "llamacpp:kv_cache_usage_ratio", "sglang:token_usage"),
     "preemptions": ("vllm:num_preemptions", "sglang:num_retracted_reqs"),
-    "prefix_cache": ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:prompt_tokens",
-                     "vllm:cache_config_info", "llamacpp:prompt_tokens", "llamacpp:prompt_tokens_cached",
-                     "sglang:prompt_tokens", "sglang:cached_tokens", "sglang:cache_hit_rate"),
+    "prefix_cache": (
+        "vllm:prefix_cache_queries",
+        "vllm:prefix_cache_hits",
+        "vllm:prompt_tokens",
+        "vllm:cache_config_info",
+        "llamacpp:prompt_tokens",
+        "llamacpp:prompt_tokens_cached",
+        "sglang:prompt_tokens",
+        "sglang:cached_tokens",
+        "sglang:cache_hit_rate",
+    ),
     "finish_reasons": ("vllm:request_success", "tgi_request_success", "tgi_request_failure"),
-    "latency_histograms": ("vllm:time_to_first_token_seconds", "vllm:request_queue_time_seconds",
-                           "vllm:request_prefill_time_seconds", "sglang:time_to_first_token_seconds",
-                           "sglang:queue_time_seconds", "tgi_request_queue_duration"),
+    "latency_histograms": (
+        "vllm:time_to_first_token_seconds",
+        "vllm:request_queue_time_seconds",
+        "vllm:request_prefill_time_seconds",
+        "sglang:time_to_first_token_seconds",
+        "sglang:queue_time_seconds",
+        "tgi_request_queue_duration",
+    ),
 }
 # What the workload summary reads whatever rules run (servlens.analysis.workload: running and waiting gauges).
 WORKLOAD_ROLES = ("waiting", "running")
@@ -87,7 +115,8 @@ class PrometheusError(InputError):
 
 
 def wanted_metrics(required: Iterable[str]) -> frozenset[str]:
-    """The normalised names to pull: `required`, every name sharing a role with one of them, the workload roles."""
+    """The normalised names to pull: `required`, every name sharing a role with one of them, the workload
+    roles."""
     required = {normalise_name(name) for name in required}
     wanted = set(required)
     for role, names in METRIC_ROLES.items():
@@ -101,7 +130,8 @@ def required_by(rules) -> list[str]:
     return sorted({m for rule in rules for req in rule.requires for m in req.metrics})
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
+# ---
 # what to pull
 
 
@@ -127,15 +157,23 @@ class PrometheusPull:
         return "{" + selector + ("," + self.matchers if self.matchers else "") + "}"
 
 
-def prometheus_pull(url: str, *, required: Iterable[str] = (), selector: str | None = None,
-                    start: str | float | None = None, end: str | float | None = None,
-                    env: Mapping[str, str] | None = None) -> PrometheusPull:
+def prometheus_pull(
+    url: str,
+    *,
+    required: Iterable[str] = (),
+    selector: str | None = None,
+    start: str | float | None = None,
+    end: str | float | None = None,
+    env: Mapping[str, str] | None = None,
+) -> PrometheusPull:
     """Check the --prometheus options and build the request (credentials from the environment)."""
     env = os.environ if env is None else env
     parsed = urllib.parse.urlsplit(url.strip())
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise InputError(f"--prometheus {_safe(url)!r} is not an http(s) URL",
-                         "Give the server's base URL, e.g. http://prometheus:9090")
+        raise InputError(
+            f"--prometheus {_safe(url)!r} is not an http(s) URL",
+            "Give the server's base URL, e.g. http://prometheus:9090",
+        )
     user, password = parsed.username, parsed.password
     netloc = parsed.hostname + (f":{parsed.port}" if parsed.port else "")
     if ":" in parsed.hostname:  # IPv6 literal
@@ -145,16 +183,22 @@ def prometheus_pull(url: str, *, required: Iterable[str] = (), selector: str | N
     if env.get(TOKEN_ENV):
         auth = "Bearer " + env[TOKEN_ENV].strip()
     elif env.get(USER_ENV) or user:
-        pair = f"{env.get(USER_ENV) or urllib.parse.unquote(user or '')}:" \
-               f"{env.get(PASSWORD_ENV) or urllib.parse.unquote(password or '')}"
+        pair = (
+            f"{env.get(USER_ENV) or urllib.parse.unquote(user or '')}:"
+            f"{env.get(PASSWORD_ENV) or urllib.parse.unquote(password or '')}"
+        )
         auth = "Basic " + base64.b64encode(pair.encode()).decode()
     first = _parse_time(start, "--prometheus-start") if start is not None else None
     last = _parse_time(end, "--prometheus-end") if end is not None else None
     if (first is None) != (last is None):
-        raise InputError("--prometheus-start and --prometheus-end go together", "Give both, or neither to take the "
-                         "window from the request logs")
+        raise InputError(
+            "--prometheus-start and --prometheus-end go together",
+            "Give both, or neither to take the window from the request logs",
+        )
     if first is not None and last <= first:
-        raise InputError("--prometheus-end is not after --prometheus-start", "Give a window that moves forward")
+        raise InputError(
+            "--prometheus-end is not after --prometheus-start", "Give a window that moves forward"
+        )
     return PrometheusPull(base, wanted_metrics(required), _matchers(selector), first, last, auth)
 
 
@@ -163,12 +207,16 @@ def _matchers(selector: str | None) -> str:
         return ""
     text = selector.strip()
     if not (text.startswith("{") and text.endswith("}")):
-        raise InputError(f"--prometheus-selector {text!r} is not a label selector",
-                         "Give label matchers in braces, e.g. '{job=\"llm\",namespace=\"prod\"}'")
+        raise InputError(
+            f"--prometheus-selector {text!r} is not a label selector",
+            'Give label matchers in braces, e.g. \'{job="llm",namespace="prod"}\'',
+        )
     inner = text[1:-1].strip().rstrip(",")
     if "__name__" in inner:
-        raise InputError("--prometheus-selector may not match __name__",
-                         "servlens picks the metric names its rules need; narrow by job, instance or namespace")
+        raise InputError(
+            "--prometheus-selector may not match __name__",
+            "servlens picks the metric names its rules need; narrow by job, instance or namespace",
+        )
     return inner
 
 
@@ -181,8 +229,10 @@ def _parse_time(value: str | float, option: str) -> float:
             return float(text)
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise InputError(f"{option} {text!r} is not a time",
-                         "Give an ISO-8601 time such as 2026-11-28T14:00:00Z, or Unix seconds") from None
+        raise InputError(
+            f"{option} {text!r} is not a time",
+            "Give an ISO-8601 time such as 2026-11-28T14:00:00Z, or Unix seconds",
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
@@ -193,7 +243,8 @@ def _safe(url: str) -> str:
     return re.sub(r"//[^/@]*@", "//", url)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
+# ---
 # HTTP
 
 
@@ -207,10 +258,16 @@ class PrometheusClient:
         self.requests = 0
         self.bytes = 0
 
-    def get(self, path: str, params: list[tuple[str, str]] | None = None, *, optional: bool = False,
-            post: bool = False):
-        """The answer's `data`; with `optional`, None when the server has no such endpoint (404/405/501 or an answer
-        that is not the API's JSON), so a compatible store lacking it falls back instead of failing."""
+    def get(
+        self,
+        path: str,
+        params: list[tuple[str, str]] | None = None,
+        *,
+        optional: bool = False,
+        post: bool = False,
+    ):
+        """The answer's `data`; with `optional`, None when the server has no such endpoint (404/405/501 or an
+        answer that is not the API's JSON), so a compatible store lacking it falls back instead of failing."""
         url = self.pull.url + path
         body = urllib.parse.urlencode(params or []).encode() if post else None
         if params and not post:
@@ -232,22 +289,27 @@ class PrometheusClient:
         where = f"Prometheus at {self.pull.url}"
         if problem is not None:
             tries = f" after {attempt} tries" if attempt > 1 else ""
-            raise PrometheusError(f"Cannot read {where}{tries}: {problem}",
-                                  "Check the URL and that the server is up; nothing was written")
+            raise PrometheusError(
+                f"Cannot read {where}{tries}: {problem}",
+                "Check the URL and that the server is up; nothing was written",
+            )
         if status in (401, 403):
             creds = "the credentials given were refused" if self.pull.auth else "it asks for credentials"
             raise PrometheusError(
                 f"{where} refused the request (HTTP {status}): {creds}",
-                f"Set {TOKEN_ENV} (a bearer token) or {USER_ENV} and {PASSWORD_ENV}; nothing was written")
+                f"Set {TOKEN_ENV} (a bearer token) or {USER_ENV} and {PASSWORD_ENV}; nothing was written",
+            )
         answer = _decode(raw)
         if answer is None:
             if optional and status in (404, 405, 501):
                 return None
             if optional and 200 <= status < 300:
                 return None
-            raise PrometheusError(f"{where} did not answer {path} as a Prometheus API (HTTP {status}, "
-                                  f"{len(raw)} bytes that are not its JSON)",
-                                  "Check that the URL is the server's base URL (the one that serves /api/v1)")
+            raise PrometheusError(
+                f"{where} did not answer {path} as a Prometheus API (HTTP {status}, "
+                f"{len(raw)} bytes that are not its JSON)",
+                "Check that the URL is the server's base URL (the one that serves /api/v1)",
+            )
         self.warnings.extend(str(w) for w in answer.get("warnings") or [])
         if answer.get("status") == "error":
             if optional and status in (404, 405, 501):
@@ -255,7 +317,8 @@ class PrometheusClient:
             raise PrometheusError(
                 f"{where} answered {path} with an error ({answer.get('errorType', 'error')}: "
                 f"{str(answer.get('error', ''))[:300]})",
-                "Check --prometheus-selector; nothing was written")
+                "Check --prometheus-selector; nothing was written",
+            )
         if status >= 400 or answer.get("status") != "success":
             if optional:
                 return None
@@ -264,7 +327,9 @@ class PrometheusClient:
 
     def _once(self, url: str, body: bytes | None, headers: dict) -> tuple[int, bytes, str | None]:
         self.requests += 1
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST" if body is not None else "GET")
+        request = urllib.request.Request(
+            url, data=body, headers=headers, method="POST" if body is not None else "GET"
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.pull.timeout_s) as response:
                 raw = response.read()
@@ -293,7 +358,8 @@ def _decode(raw: bytes) -> dict | None:
     return answer if isinstance(answer, dict) and "status" in answer else None
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
+# ---
 # scrape interval
 
 
@@ -329,7 +395,7 @@ _EQUALITY = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!=|!~|=)\s*"((?:[^"\\]|\
 
 
 def _target_matches(labels: dict, matchers: str) -> bool:
-    """Whether a target's labels satisfy the selector's matchers (regex matchers fully anchored, as PromQL)."""
+    """Whether a target's labels satisfy the selector's matchers (regex matchers anchored, as in PromQL)."""
     for name, op, value in _EQUALITY.findall(matchers):
         have = str(labels.get(name, ""))
         value = value.encode().decode("unicode_escape") if "\\" in value else value
@@ -357,30 +423,43 @@ def scrape_interval(client: PrometheusClient) -> Interval:
     """The scrape interval of the targets the selector picks: /api/v1/targets, else the config, else 15 s."""
     data = client.get("/api/v1/targets", [("state", "active")], optional=True)
     targets = (data or {}).get("activeTargets") or [] if isinstance(data, dict) else []
-    picked = [t for t in targets if isinstance(t, dict) and _target_matches(t.get("labels") or {}, client.pull.matchers)]
+    picked = [
+        t
+        for t in targets
+        if isinstance(t, dict) and _target_matches(t.get("labels") or {}, client.pull.matchers)
+    ]
     timed = [(parse_duration(t.get("scrapeInterval", "")), t) for t in picked or targets]
     timed = [(s, t) for s, t in timed if s]
     if timed:
         seconds, target = min(timed, key=lambda pair: pair[0])
         return Interval(seconds, "targets", _rfc3339(target.get("lastScrape")))
     data = client.get("/api/v1/status/config", optional=True)
-    found = [parse_duration(v) for v in re.findall(r"scrape_interval:\s*(\S+)", (data or {}).get("yaml", ""))] \
-        if isinstance(data, dict) else []
+    found = (
+        [parse_duration(v) for v in re.findall(r"scrape_interval:\s*(\S+)", (data or {}).get("yaml", ""))]
+        if isinstance(data, dict)
+        else []
+    )
     found = [s for s in found if s]
     if found:
         return Interval(min(found), "config")
-    return Interval(DEFAULT_INTERVAL_S, "default", note=(
-        f"the server did not say its scrape interval (/api/v1/targets, /api/v1/status/config): "
-        f"a {DEFAULT_INTERVAL_S:g} s step was assumed, so a faster scrape is read at 15 s resolution"))
+    return Interval(
+        DEFAULT_INTERVAL_S,
+        "default",
+        note=(
+            f"the server did not say its scrape interval (/api/v1/targets, /api/v1/status/config): "
+            f"a {DEFAULT_INTERVAL_S:g} s step was assumed, so a faster scrape is read at 15 s resolution"
+        ),
+    )
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
+# ---
 # range queries
 
 
 def step_grid(start: float, end: float, step: float, phase: float | None) -> tuple[float, float] | None:
-    """The first and last evaluation time in [start, end]: half a step after the scrape phase when known (so each
-    step picks one scrape), else on multiples of the step. None when the window holds no step."""
+    """The first and last evaluation time in [start, end]: half a step after the scrape phase when known (so
+    each step picks one scrape), else on multiples of the step. None when the window holds no step."""
     offset = ((phase + step / 2) % step) if phase is not None else 0.0
     first = math.ceil((start - offset) / step) * step + offset
     last = math.floor((end - offset) / step) * step + offset
@@ -419,15 +498,20 @@ class Pulled:
     seconds: float = 0.0
 
 
-def query_range(client: PrometheusClient, query: str, first: float, last: float, step: float) -> dict[str, dict]:
+def query_range(
+    client: PrometheusClient, query: str, first: float, last: float, step: float
+) -> dict[str, dict]:
     """Every series of `query` over the grid first..last, merged across the chunks: {labels JSON: series}."""
     merged: dict[str, dict] = {}
     pending = [(a, b, MAX_POINTS) for a, b in chunks(first, last, step)]
     while pending:
         a, b, limit = pending.pop(0)
         try:
-            data = client.get("/api/v1/query_range", [("query", query), ("start", f"{a:.3f}"), ("end", f"{b:.3f}"),
-                                                      ("step", f"{step:g}")], post=True)
+            data = client.get(
+                "/api/v1/query_range",
+                [("query", query), ("start", f"{a:.3f}"), ("end", f"{b:.3f}"), ("step", f"{step:g}")],
+                post=True,
+            )
         except PrometheusError as err:
             lower = _RESOLUTION.search(str(err))
             if lower is None:
@@ -440,8 +524,10 @@ def query_range(client: PrometheusClient, query: str, first: float, last: float,
             continue
         if not isinstance(data, dict) or data.get("resultType") not in ("matrix", "vector"):
             kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__
-            raise PrometheusError(f"Prometheus at {client.pull.url} answered a range query with a '{kind}' result",
-                                  "Nothing was written")
+            raise PrometheusError(
+                f"Prometheus at {client.pull.url} answered a range query with a '{kind}' result",
+                "Nothing was written",
+            )
         for series in data.get("result") or []:
             key = json.dumps(series.get("metric") or {}, sort_keys=True)
             into = merged.setdefault(key, {"metric": series.get("metric") or {}})
@@ -452,7 +538,8 @@ def query_range(client: PrometheusClient, query: str, first: float, last: float,
     return merged
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
+# ---
 # a session: reach the server, then pull each run's window into the store
 
 
@@ -463,28 +550,36 @@ class PrometheusSession:
     interval: Interval
 
     def window_for(self, span: tuple[datetime | None, datetime | None] | None) -> tuple[float, float] | None:
-        """The window to pull: --prometheus-start/--end, else the span padded, else None (nothing to take it from)."""
+        """The window to pull: --prometheus-start/--end, else the span padded, else None (nothing to take it
+        from)."""
         if self.pull.start is not None:
             return self.pull.start, self.pull.end
         if not span or span[0] is None:
             return None
-        # Not clamped to now: the same logs ask for the same window (one source path), however late it is pulled.
+        # Not clamped to now: the same logs ask for the same window (one source path), however late it is
+        # pulled.
         t0, t1 = (moment.replace(tzinfo=UTC).timestamp() for moment in span)
         return round(t0 - self.pull.pad_s, 3), round(t1 + self.pull.pad_s, 3)
 
     def scrape_phase(self, moments: tuple[float, ...]) -> float | None:
-        """When a target was scraped: the time of its last `up` sample at or before the first of `moments` that has
-        one (the window's middle, then its last step). A stored sample in the past gives the same grid on every pull
-        of the window; the live `lastScrape` of the targets, read last, moves with the scrapes' jitter."""
+        """When a target was scraped: the time of its last `up` sample at or before the first of `moments`
+        that has one (the window's middle, then its last step). A stored sample in the past gives the same
+        grid on every pull of the window; the live `lastScrape` of the targets, read last, moves with the
+        scrapes' jitter."""
         matchers = "{" + self.pull.matchers + "}"
         for at in moments:
             at = min(at, time.time())
             try:
-                data = self.client.get("/api/v1/query", [("query", f"timestamp(up{matchers})"),
-                                                         ("time", f"{at:.3f}")], optional=True)
+                data = self.client.get(
+                    "/api/v1/query",
+                    [("query", f"timestamp(up{matchers})"), ("time", f"{at:.3f}")],
+                    optional=True,
+                )
             except PrometheusError:
                 return self.interval.phase
-            found = data.get("result") if isinstance(data, dict) and data.get("resultType") == "vector" else None
+            found = (
+                data.get("result") if isinstance(data, dict) and data.get("resultType") == "vector" else None
+            )
             for series in sorted(found or [], key=lambda s: json.dumps(s.get("metric"), sort_keys=True)):
                 try:
                     return float(series["value"][1])
@@ -497,19 +592,36 @@ class PrometheusSession:
         requests, size = self.client.requests, self.client.bytes
         step = self.interval.seconds
         query = self.pull.query()
-        # No step after now: Prometheus would fill future steps with the last sample for its 5-minute lookback.
+        # No step after now: Prometheus would fill future steps with the last sample for its 5-minute
+        # lookback.
         last_step = min(window[1], time.time())
-        grid = step_grid(window[0], last_step, step, self.scrape_phase(((window[0] + window[1]) / 2, last_step)))
+        grid = step_grid(
+            window[0], last_step, step, self.scrape_phase(((window[0] + window[1]) / 2, last_step))
+        )
         merged = query_range(self.client, query, *grid, step) if grid else {}
         document = {"status": "success", "data": {"resultType": "matrix", "result": list(merged.values())}}
         points = sum(len(s.get("values") or []) for s in merged.values())
-        # The window asked for, not the step grid (its phase moves by the scrapes' jitter): one path per window, so
+        # The window asked for, not the step grid (its phase moves by the scrapes' jitter): one path per
+        # window, so
         # a second pull of it replaces or skips instead of adding a second copy.
         first, last = window
-        path = (f"{self.pull.url}/api/v1/query_range?query={query}&start={_iso(first)}&end={_iso(last)}"
-                f"&step={step:g}s")
-        return Pulled(run, path, document, len(merged), points, step, first, last, self.client.requests - requests,
-                      self.client.bytes - size, round(time.monotonic() - started, 3))
+        path = (
+            f"{self.pull.url}/api/v1/query_range?query={query}&start={_iso(first)}&end={_iso(last)}"
+            f"&step={step:g}s"
+        )
+        return Pulled(
+            run,
+            path,
+            document,
+            len(merged),
+            points,
+            step,
+            first,
+            last,
+            self.client.requests - requests,
+            self.client.bytes - size,
+            round(time.monotonic() - started, 3),
+        )
 
     def store(self, con: duckdb.DuckDBPyConnection, pulled: Pulled) -> dict:
         """Write one run's answer as a 'prometheus-api' source, inside the caller's transaction."""
@@ -519,16 +631,34 @@ class PrometheusSession:
         sha = hashlib.sha256(text.encode()).hexdigest()
         decision = _decide(con, pulled.run, pulled.path, sha, len(text.encode()))
         summary = {
-            "path": pulled.path, "kind": "metrics", "format": SOURCE_FORMAT, "run": pulled.run,
-            "source_id": decision.old_source_id, "action": decision.action, "rows": 0, "bad_lines": 0,
-            "t_min": None, "t_max": None, "time_source": "query_result",
-            "time_source_text": "scrape time from " + TIME_SOURCE_TEXT["query_result"], "metrics": [],
-            "runs": [pulled.run], "skipped": decision.action == "skip", "replaced": decision.action == "replace",
+            "path": pulled.path,
+            "kind": "metrics",
+            "format": SOURCE_FORMAT,
+            "run": pulled.run,
+            "source_id": decision.old_source_id,
+            "action": decision.action,
+            "rows": 0,
+            "bad_lines": 0,
+            "t_min": None,
+            "t_max": None,
+            "time_source": "query_result",
+            "time_source_text": "scrape time from " + TIME_SOURCE_TEXT["query_result"],
+            "metrics": [],
+            "runs": [pulled.run],
+            "skipped": decision.action == "skip",
+            "replaced": decision.action == "replace",
             "prometheus": {
-                "url": self.pull.url, "step_s": pulled.step_s, "interval_from": self.interval.source,
-                "start": _iso(pulled.start), "end": _iso(pulled.end), "series": pulled.series,
-                "points": pulled.points, "http_requests": pulled.requests, "bytes": pulled.bytes,
-                "seconds": pulled.seconds, "warnings": list(dict.fromkeys(self.client.warnings)),
+                "url": self.pull.url,
+                "step_s": pulled.step_s,
+                "interval_from": self.interval.source,
+                "start": _iso(pulled.start),
+                "end": _iso(pulled.end),
+                "series": pulled.series,
+                "points": pulled.points,
+                "http_requests": pulled.requests,
+                "bytes": pulled.bytes,
+                "seconds": pulled.seconds,
+                "warnings": list(dict.fromkeys(self.client.warnings)),
                 "notes": [n for n in (self.interval.note,) if n],
             },
         }
@@ -538,26 +668,45 @@ class PrometheusSession:
         if decision.action == "replace" and decision.old_source_id is not None:
             src.delete_source(con, decision.old_source_id)
         src.ensure_run(con, pulled.run)
-        source_id = src.insert_source(con, run=pulled.run, kind="metrics", path=pulled.path, decision=decision,
-                                      fmt=SOURCE_FORMAT, time_source="query_result")
+        source_id = src.insert_source(
+            con,
+            run=pulled.run,
+            kind="metrics",
+            path=pulled.path,
+            decision=decision,
+            fmt=SOURCE_FORMAT,
+            time_source="query_result",
+        )
         errors, skipped = _ingest_api(con, text, pulled.path, pulled.run, source_id)
         _insert_errors(con, source_id, pulled.path, errors, False)
         src.update_source_counts(con, source_id)
         rows, bad, t_min, t_max = con.execute(
-            "SELECT rows, bad_lines, t_min, t_max FROM sources WHERE source_id = ?", [source_id]).fetchone()
-        names = con.execute("SELECT DISTINCT name FROM metric_samples WHERE source_id = ? ORDER BY name",
-                            [source_id]).fetchall()
-        summary.update(source_id=source_id, rows=rows, bad_lines=bad, series_skipped=skipped,
-                       t_min=t_min.isoformat() + "Z" if t_min else None,
-                       t_max=t_max.isoformat() + "Z" if t_max else None, metrics=[n[0] for n in names])
+            "SELECT rows, bad_lines, t_min, t_max FROM sources WHERE source_id = ?", [source_id]
+        ).fetchone()
+        names = con.execute(
+            "SELECT DISTINCT name FROM metric_samples WHERE source_id = ? ORDER BY name", [source_id]
+        ).fetchall()
+        summary.update(
+            source_id=source_id,
+            rows=rows,
+            bad_lines=bad,
+            series_skipped=skipped,
+            t_min=t_min.isoformat() + "Z" if t_min else None,
+            t_max=t_max.isoformat() + "Z" if t_max else None,
+            metrics=[n[0] for n in names],
+        )
         if not pulled.series:
             summary["prometheus"]["notes"].append(
-                "the server has none of the series servlens reads in this window (with this selector): the rules "
-                "that need engine metrics are not evaluable")
+                "the server has none of the series servlens reads in this window (with this selector): the "
+                "rules "
+                "that need engine metrics are not evaluable"
+            )
         return summary
 
-    def pull_into(self, con: duckdb.DuckDBPyConnection, windows: Mapping[str, tuple[float, float]]) -> list[dict]:
-        """Fetch every run's window first, then write them all in one transaction: a failure writes nothing."""
+    def pull_into(
+        self, con: duckdb.DuckDBPyConnection, windows: Mapping[str, tuple[float, float]]
+    ) -> list[dict]:
+        """Fetch every run's window, then write them all in one transaction: a failure writes nothing."""
         fetched = [self.fetch(run, window) for run, window in windows.items()]
         with src.one_transaction(con):
             return [self.store(con, pulled) for pulled in fetched]
@@ -571,12 +720,14 @@ def open_session(pull: PrometheusPull, sleep: Callable[[float], None] = time.sle
 
 
 def _decide(con, run: str, path: str, sha: str, size: int) -> src.SourceDecision:
-    same = con.execute("SELECT source_id FROM sources WHERE run = ? AND kind = 'metrics' AND sha256 = ?",
-                       [run, sha]).fetchone()
+    same = con.execute(
+        "SELECT source_id FROM sources WHERE run = ? AND kind = 'metrics' AND sha256 = ?", [run, sha]
+    ).fetchone()
     if same:
         return src.SourceDecision("skip", sha, size, same[0])
-    same_path = con.execute("SELECT source_id FROM sources WHERE run = ? AND kind = 'metrics' AND path = ?",
-                            [run, path]).fetchone()
+    same_path = con.execute(
+        "SELECT source_id FROM sources WHERE run = ? AND kind = 'metrics' AND path = ?", [run, path]
+    ).fetchone()
     if same_path:
         return src.SourceDecision("replace", sha, size, same_path[0])
     return src.SourceDecision("new", sha, size)
@@ -586,25 +737,33 @@ def _iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def run_windows(con: duckdb.DuckDBPyConnection, session: PrometheusSession, runs: list[str],
-                default_run: str | None) -> dict[str, tuple[float, float]]:
-    """The window to pull for each run: the run's request span padded (or --prometheus-start/--end for all of them);
-    with no request log, --prometheus-start/--end into `default_run` (--run, else 'prometheus')."""
+def run_windows(
+    con: duckdb.DuckDBPyConnection, session: PrometheusSession, runs: list[str], default_run: str | None
+) -> dict[str, tuple[float, float]]:
+    """The window to pull for each run: the run's request span padded (or --prometheus-start/--end for all of
+    them); with no request log, --prometheus-start/--end into `default_run` (--run, else 'prometheus')."""
     windows: dict[str, tuple[float, float]] = {}
     for run in runs:
         found = con.execute(
-            "SELECT min(coalesce(t_arrival, t_first_token, t_end)), max(coalesce(t_end, t_first_token, t_arrival)), "
+            "SELECT min(coalesce(t_arrival, t_first_token, t_end)), max(coalesce(t_end, t_first_token, "
+            "t_arrival)), "
             "(SELECT coalesce(bool_or(relative_clock), false) FROM runs WHERE run = $run) "
-            "FROM requests WHERE run = $run", {"run": run}).fetchone()
+            "FROM requests WHERE run = $run",
+            {"run": run},
+        ).fetchone()
         if found[0] is None:
             continue
         if found[2] and session.pull.start is None:
-            raise InputError(f"Run {run} has a relative clock, so its time in Prometheus is unknown",
-                             "Give --prometheus-start and --prometheus-end, or --start for the log's clock")
+            raise InputError(
+                f"Run {run} has a relative clock, so its time in Prometheus is unknown",
+                "Give --prometheus-start and --prometheus-end, or --start for the log's clock",
+            )
         windows[run] = session.window_for((found[0], found[1]))
     if not windows:
         if session.pull.start is None:
-            raise InputError("--prometheus needs a time window and no request log gives one",
-                             "Name request logs, or give --prometheus-start and --prometheus-end")
+            raise InputError(
+                "--prometheus needs a time window and no request log gives one",
+                "Name request logs, or give --prometheus-start and --prometheus-end",
+            )
         windows[default_run or "prometheus"] = (session.pull.start, session.pull.end)
     return windows

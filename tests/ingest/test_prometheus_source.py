@@ -1,8 +1,8 @@
-"""`--prometheus URL` against a tiny local HTTP server that answers like Prometheus 2.42 (the envelope, error bodies and
-limits of web/api/v1/api.go; targets/config/range answers recorded from Debian's prometheus 2.42.0 scraping the
-tools/engine llama.cpp server, in data/prometheus_api/). What is asserted: the requests servlens sends (series,
-step, window, auth), what lands in the store (the same rows as the saved answer read as a file), and the one-sentence
-failures (exit 2, nothing written)."""
+"""`--prometheus URL` against a tiny local HTTP server that answers like Prometheus 2.42 (the envelope, error
+bodies and limits of web/api/v1/api.go; targets/config/range answers recorded from Debian's prometheus 2.42.0
+scraping the tools/engine llama.cpp server, in data/prometheus_api/). What is asserted: the requests servlens
+sends (series, step, window, auth), what lands in the store (the same rows as the saved answer read as a
+file), and the one-sentence failures (exit 2, nothing written)."""
 
 from __future__ import annotations
 
@@ -35,9 +35,13 @@ from servlens.ingest.prometheus_source import (
 from servlens.store.schema import open_store
 
 DATA = Path(__file__).resolve().parent / "data" / "prometheus_api"
-REAL_LOG = Path(__file__).resolve().parents[1] / "data" / "shared" / "real-engine" / "llamacpp" / "requests.jsonl"
-RESOLUTION_ERROR = ("exceeded maximum resolution of 11,000 points per timeseries. Try decreasing the query "
-                    "resolution (?step=XX)")  # Prometheus' own text (api.go), as the real server sent it
+REAL_LOG = (
+    Path(__file__).resolve().parents[1] / "data" / "shared" / "real-engine" / "llamacpp" / "requests.jsonl"
+)
+RESOLUTION_ERROR = (
+    "exceeded maximum resolution of 11,000 points per timeseries. Try decreasing the query "
+    "resolution (?step=XX)"
+)  # Prometheus' own text (api.go), as the real server sent it
 
 
 def _json(name: str) -> dict:
@@ -112,7 +116,11 @@ def error(status, kind, text):
 
 def series_route(values_of, fake: FakePrometheus, metric=None):
     """A query_range route over a synthetic gauge: values_of(t) gives the string value at step time t."""
-    metric = metric or {"__name__": "llamacpp:requests_deferred", "instance": "127.0.0.1:8080", "job": "llamacpp"}
+    metric = metric or {
+        "__name__": "llamacpp:requests_deferred",
+        "instance": "127.0.0.1:8080",
+        "job": "llamacpp",
+    }
 
     def route(params):
         start, end, step = float(params["start"]), float(params["end"]), float(params["step"])
@@ -129,7 +137,11 @@ def series_route(values_of, fake: FakePrometheus, metric=None):
 @pytest.fixture
 def fake():
     server = FakePrometheus()
-    server.routes["/api/v1/targets"] = lambda p: (200, (DATA / "targets.json").read_bytes(), "application/json")
+    server.routes["/api/v1/targets"] = lambda p: (
+        200,
+        (DATA / "targets.json").read_bytes(),
+        "application/json",
+    )
     yield server
     server.close()
 
@@ -137,34 +149,49 @@ def fake():
 def servlens(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     import os
 
-    return subprocess.run([sys.executable, "-m", "servlens", *args], capture_output=True, text=True, cwd=tmp_path,
-                          timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "servlens", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 WINDOW = ("2026-12-01T22:54:20Z", "2026-12-01T22:54:40Z")
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
+# ---
 # what is asked for
 
 
 def test_a_rule_on_one_engine_pulls_the_same_role_of_every_engine_and_the_workload_gauges():
     wanted = wanted_metrics(["vllm:num_requests_waiting"])
-    assert {"vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs",
-            "tgi_queue_size"} <= wanted
+    assert {
+        "vllm:num_requests_waiting",
+        "llamacpp:requests_deferred",
+        "sglang:num_queue_reqs",
+        "tgi_queue_size",
+    } <= wanted
     assert {"vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs"} <= wanted
     assert "vllm:kv_cache_usage_perc" not in wanted  # no rule named the KV role
     kv = wanted_metrics(["sglang:token_usage"])
     assert {"vllm:kv_cache_usage_perc", "llamacpp:kv_cache_usage_ratio"} <= kv
-    # deprecated exposed names are asked for too (vLLM <= 0.10 exposes only the old one) and normalised on ingest
+    # deprecated exposed names are asked for too (vLLM <= 0.10 exposes only the old one) and normalised on
+    # ingest
     query = prometheus_pull("http://p:9090", required=["vllm:kv_cache_usage_perc"]).query()
     assert "vllm:gpu_cache_usage_perc" in query and "vllm:kv_cache_usage_perc" in query
     assert query.endswith('(?:_total|_bucket|_sum|_count)?"}')
 
 
 def test_the_selector_narrows_the_query_and_bad_selectors_are_refused():
-    pull = prometheus_pull("http://p:9090", required=["llamacpp:requests_deferred"],
-                           selector='{job="llm", namespace=~"prod|canary"}')
+    pull = prometheus_pull(
+        "http://p:9090",
+        required=["llamacpp:requests_deferred"],
+        selector='{job="llm", namespace=~"prod|canary"}',
+    )
     assert pull.query().endswith(',job="llm", namespace=~"prod|canary"}')
     with pytest.raises(InputError, match="is not a label selector"):
         prometheus_pull("http://p:9090", selector='job="llm"')
@@ -189,9 +216,14 @@ def test_interval_from_the_targets_then_the_config_then_15_s_with_a_note(fake):
     pull = prometheus_pull(fake.url)
     interval = scrape_interval(PrometheusClient(pull))
     assert (interval.seconds, interval.source, interval.note) == (1.0, "targets", None)
-    assert interval.phase == pytest.approx(1796165745.970474683, abs=1e-6)  # lastScrape, nanoseconds kept to µs
+    # lastScrape, nanoseconds kept to µs
+    assert interval.phase == pytest.approx(1796165745.970474683, abs=1e-6)
     del fake.routes["/api/v1/targets"]
-    fake.routes["/api/v1/status/config"] = lambda p: (200, (DATA / "config.json").read_bytes(), "application/json")
+    fake.routes["/api/v1/status/config"] = lambda p: (
+        200,
+        (DATA / "config.json").read_bytes(),
+        "application/json",
+    )
     interval = scrape_interval(PrometheusClient(pull))
     assert (interval.seconds, interval.source, interval.phase) == (1.0, "config", None)
     del fake.routes["/api/v1/status/config"]
@@ -201,22 +233,35 @@ def test_interval_from_the_targets_then_the_config_then_15_s_with_a_note(fake):
 
 
 def test_a_selector_picks_the_targets_whose_interval_counts(fake):
-    targets = {"activeTargets": [
-        {"labels": {"job": "node", "instance": "a"}, "scrapeInterval": "5s", "lastScrape": "2026-12-01T22:55:45.1Z"},
-        {"labels": {"job": "llm", "instance": "b"}, "scrapeInterval": "30s", "lastScrape": "2026-12-01T22:55:45.2Z"},
-    ]}
+    targets = {
+        "activeTargets": [
+            {
+                "labels": {"job": "node", "instance": "a"},
+                "scrapeInterval": "5s",
+                "lastScrape": "2026-12-01T22:55:45.1Z",
+            },
+            {
+                "labels": {"job": "llm", "instance": "b"},
+                "scrapeInterval": "30s",
+                "lastScrape": "2026-12-01T22:55:45.2Z",
+            },
+        ]
+    }
     fake.routes["/api/v1/targets"] = lambda p: ok(targets)
     assert scrape_interval(PrometheusClient(prometheus_pull(fake.url, selector='{job="llm"}'))).seconds == 30
     assert scrape_interval(PrometheusClient(prometheus_pull(fake.url))).seconds == 5
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
+# ---
 # what is stored
 
 
 def _rows(con, where="TRUE"):
-    return con.execute(f"SELECT name, name_raw, type, series, le, labels, ts, value FROM metric_samples WHERE {where} "
-                       "ORDER BY name_raw, ts").fetchall()
+    return con.execute(
+        f"SELECT name, name_raw, type, series, le, labels, ts, value FROM metric_samples WHERE {where} "
+        "ORDER BY name_raw, ts"
+    ).fetchall()
 
 
 def test_stored_exactly_as_the_saved_answer_read_as_a_file(fake, tmp_path):
@@ -233,7 +278,8 @@ def test_stored_exactly_as_the_saved_answer_read_as_a_file(fake, tmp_path):
     assert pulled == _rows(other) and len(pulled) == 22
     assert {(r[0], r[1], r[2]) for r in pulled} == {
         ("llamacpp:prompt_tokens", "llamacpp:prompt_tokens_total", "counter"),
-        ("llamacpp:requests_deferred", "llamacpp:requests_deferred", "gauge")}
+        ("llamacpp:requests_deferred", "llamacpp:requests_deferred", "gauge"),
+    }
     source = report.sources[0]
     assert source["format"] == "prometheus-api" and source["rows"] == 22 and source["action"] == "new"
     assert source["path"].startswith(f"{fake.url}/api/v1/query_range?query={{__name__=~")
@@ -244,7 +290,7 @@ def test_stored_exactly_as_the_saved_answer_read_as_a_file(fake, tmp_path):
     # the query sent: one POST at the targets' 1 s step, half a second after the scrape phase (.970 s)
     (sent,) = fake.range_queries()
     assert sent["step"] == "1" and sent["start"] == "1796165660.470" and sent["end"] == "1796165679.470"
-    assert 'llamacpp:requests_deferred' in sent["query"]
+    assert "llamacpp:requests_deferred" in sent["query"]
 
 
 def test_pulling_the_same_window_again_adds_nothing_and_changed_data_replaces_it(fake):
@@ -259,8 +305,9 @@ def test_pulling_the_same_window_again_adds_nothing_and_changed_data_replaces_it
     value["v"] = "4"
     changed = ingest_inputs(con, [], run="r", prometheus=pull).sources[0]
     assert changed["action"] == "replace"
-    assert con.execute("SELECT count(*), min(value), (SELECT count(*) FROM sources) FROM metric_samples").fetchone() \
-        == (20, 4.0, 1)
+    assert con.execute(
+        "SELECT count(*), min(value), (SELECT count(*) FROM sources) FROM metric_samples"
+    ).fetchone() == (20, 4.0, 1)
 
 
 def test_nan_and_infinities_as_strings_are_values(fake):
@@ -276,7 +323,9 @@ def test_nan_and_infinities_as_strings_are_values(fake):
 
 def test_a_counter_that_drops_is_a_reset_as_in_a_scrape(fake):
     metric = {"__name__": "llamacpp:prompt_tokens_total", "instance": "i", "job": "j"}
-    fake.routes["/api/v1/query_range"] = series_route(lambda t: "50" if t > 1796165670 else "900", fake, metric)
+    fake.routes["/api/v1/query_range"] = series_route(
+        lambda t: "50" if t > 1796165670 else "900", fake, metric
+    )
     con = open_store(":memory:")
     ingest_inputs(con, [], run="r", prometheus=prometheus_pull(fake.url, start=WINDOW[0], end=WINDOW[1]))
     resets = con.execute("SELECT name, value_before, value_after FROM metric_counter_resets").fetchall()
@@ -292,7 +341,10 @@ def test_a_range_over_11000_points_is_split_into_ranges_that_share_no_point(fake
     sent = fake.range_queries()
     counts = [math.floor((float(q["end"]) - float(q["start"])) / float(q["step"])) + 1 for q in sent]
     assert counts == [11_000, 11_000, 3_200] and source["prometheus"]["points"] == 25_200
-    assert con.execute("SELECT count(*), count(DISTINCT ts) FROM metric_samples").fetchone() == (25_200, 25_200)
+    assert con.execute("SELECT count(*), count(DISTINCT ts) FROM metric_samples").fetchone() == (
+        25_200,
+        25_200,
+    )
 
 
 def test_a_server_with_a_lower_limit_is_split_again_under_it(fake):
@@ -301,30 +353,65 @@ def test_a_server_with_a_lower_limit_is_split_again_under_it(fake):
     con = open_store(":memory:")
     pull = prometheus_pull(fake.url, start="2026-12-01T00:00:00Z", end="2026-12-01T03:00:00Z")
     ingest_inputs(con, [], run="r", prometheus=pull)
-    assert con.execute("SELECT count(*), count(DISTINCT ts) FROM metric_samples").fetchone() == (10_800, 10_800)
+    assert con.execute("SELECT count(*), count(DISTINCT ts) FROM metric_samples").fetchone() == (
+        10_800,
+        10_800,
+    )
     ok_counts = [math.floor((float(q["end"]) - float(q["start"])) / 1) + 1 for q in fake.range_queries()][1:]
     assert max(ok_counts) <= 4_000 and sum(ok_counts) == 10_800
 
 
 def test_a_vector_answer_and_native_histograms_are_read_or_named(fake):
-    fake.routes["/api/v1/query_range"] = lambda p: ok({"resultType": "vector", "result": [
-        {"metric": {"__name__": "llamacpp:requests_processing", "job": "j"}, "value": [1796165670.47, "2"]},
-        {"metric": {"__name__": "vllm:time_to_first_token_seconds", "job": "j"},
-         "histograms": [[1796165670.47, {"count": "3", "sum": "1.5", "buckets": [[0, "0.1", "0.2", "3"]]}]]}]})
+    fake.routes["/api/v1/query_range"] = lambda p: ok(
+        {
+            "resultType": "vector",
+            "result": [
+                {
+                    "metric": {"__name__": "llamacpp:requests_processing", "job": "j"},
+                    "value": [1796165670.47, "2"],
+                },
+                {
+                    "metric": {"__name__": "vllm:time_to_first_token_seconds", "job": "j"},
+                    "histograms": [
+                        [1796165670.47, {"count": "3", "sum": "1.5", "buckets": [[0, "0.1", "0.2", "3"]]}]
+                    ],
+                },
+            ],
+        }
+    )
     con = open_store(":memory:")
-    source = ingest_inputs(con, [], run="r", prometheus=prometheus_pull(fake.url, start=WINDOW[0], end=WINDOW[1]))
-    assert con.execute("SELECT name, value FROM metric_samples").fetchall() == [("llamacpp:requests_processing", 2.0)]
+    source = ingest_inputs(
+        con, [], run="r", prometheus=prometheus_pull(fake.url, start=WINDOW[0], end=WINDOW[1])
+    )
+    assert con.execute("SELECT name, value FROM metric_samples").fetchall() == [
+        ("llamacpp:requests_processing", 2.0)
+    ]
     (reason,) = con.execute("SELECT reason FROM ingest_errors").fetchone()
     assert reason == "series 2 (vllm:time_to_first_token_seconds) holds native histograms, which are not read"
     assert source.sources[0]["bad_lines"] == 1
 
 
 def test_warnings_are_kept_and_said(fake, tmp_path):
-    fake.routes["/api/v1/query_range"] = lambda p: ok({"resultType": "matrix", "result": []},
-                                                      warnings=["PromQL info: metric might not be a counter"])
+    fake.routes["/api/v1/query_range"] = lambda p: ok(
+        {"resultType": "matrix", "result": []}, warnings=["PromQL info: metric might not be a counter"]
+    )
     db = tmp_path / "s.duckdb"
-    done = servlens(tmp_path, "ingest", "--prometheus", fake.url, "--prometheus-start", WINDOW[0],
-                    "--prometheus-end", WINDOW[1], "--run", "incident", "--db", str(db), "--format", "json")
+    done = servlens(
+        tmp_path,
+        "ingest",
+        "--prometheus",
+        fake.url,
+        "--prometheus-start",
+        WINDOW[0],
+        "--prometheus-end",
+        WINDOW[1],
+        "--run",
+        "incident",
+        "--db",
+        str(db),
+        "--format",
+        "json",
+    )
     assert done.returncode == 0, done.stderr
     (source,) = json.loads(done.stdout)["sources"]
     assert source["prometheus"]["warnings"] == ["PromQL info: metric might not be a counter"]
@@ -332,7 +419,8 @@ def test_warnings_are_kept_and_said(fake, tmp_path):
     assert "Note (incident): the server has none of the series servlens reads" in done.stderr
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
+# ---
 # windows from the request logs
 
 
@@ -340,12 +428,22 @@ def test_the_window_is_each_runs_request_span_padded_by_two_minutes(fake):
     fake.routes["/api/v1/query_range"] = series_route(lambda t: "0", fake)
     con = open_store(":memory:")
     report = ingest_inputs(con, [str(REAL_LOG)], prometheus=prometheus_pull(fake.url))
-    spans = dict(((run, (t0.timestamp(), t1.timestamp())) for run, t0, t1 in con.execute(
-        "SELECT run, min(t_arrival) AT TIME ZONE 'UTC', max(coalesce(t_end, t_arrival)) AT TIME ZONE 'UTC' "
-        "FROM requests GROUP BY run").fetchall()))
+    spans = dict(
+        (
+            (run, (t0.timestamp(), t1.timestamp()))
+            for run, t0, t1 in con.execute(
+                "SELECT run, min(t_arrival) AT TIME ZONE 'UTC', max(coalesce(t_end, t_arrival)) AT TIME "
+                "ZONE 'UTC' "
+                "FROM requests GROUP BY run"
+            ).fetchall()
+        )
+    )
     pulled = {s["run"]: s for s in report.sources if s.get("format") == "prometheus-api"}
-    assert set(pulled) == set(spans) == {"burst50", "fresh_cache", "fresh_nocache", "poisson", "prefix_cache",
-                                         "prefix_nocache"}
+    assert (
+        set(pulled)
+        == set(spans)
+        == {"burst50", "fresh_cache", "fresh_nocache", "poisson", "prefix_cache", "prefix_nocache"}
+    )
     for query in fake.range_queries():
         assert float(query["end"]) - float(query["start"]) <= max(b - a for a, b in spans.values()) + 240
     for run, (t0, t1) in spans.items():
@@ -363,7 +461,8 @@ def test_no_window_and_no_logs_is_an_error(fake):
         ingest_inputs(con, [], prometheus=prometheus_pull(fake.url))
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
+# ---
 # failures: one sentence, exit 2, nothing written
 
 
@@ -380,24 +479,42 @@ def test_a_server_that_is_down_is_one_sentence_and_nothing_is_written(tmp_path):
     db = tmp_path / "s.duckdb"
     done = servlens(tmp_path, "ingest", str(REAL_LOG), "--prometheus", url, "--db", str(db))
     assert done.returncode == 2
-    assert done.stderr.strip() == (f"Error: Cannot read Prometheus at {url} after 4 tries: connection refused. "
-                                   "Check the URL and that the server is up; nothing was written.")
+    assert done.stderr.strip() == (
+        f"Error: Cannot read Prometheus at {url} after 4 tries: connection refused. "
+        "Check the URL and that the server is up; nothing was written."
+    )
     con = open_store(db, read_only=True)
     assert con.execute("SELECT count(*) FROM sources").fetchone()[0] == 0  # not even the request log
     analyzed = servlens(tmp_path, "analyze", str(REAL_LOG), "--prometheus", url)
-    assert analyzed.returncode == 2 and analyzed.stderr.count("\n") == 1 and "Traceback" not in analyzed.stderr
+    assert (
+        analyzed.returncode == 2 and analyzed.stderr.count("\n") == 1 and "Traceback" not in analyzed.stderr
+    )
 
 
 def test_unauthorised_names_the_variables_and_never_echoes_the_token(fake, tmp_path):
     fake.routes["/api/v1/targets"] = lambda p: (401, b"Unauthorized\n", "text/plain; charset=utf-8")
     secret = "s3cr3t-t0ken-value"
-    done = servlens(tmp_path, "ingest", "--prometheus", fake.url, "--prometheus-start", WINDOW[0], "--prometheus-end",
-                    WINDOW[1], "--db", str(tmp_path / "s.duckdb"), env={"SERVLENS_PROMETHEUS_TOKEN": secret})
+    done = servlens(
+        tmp_path,
+        "ingest",
+        "--prometheus",
+        fake.url,
+        "--prometheus-start",
+        WINDOW[0],
+        "--prometheus-end",
+        WINDOW[1],
+        "--db",
+        str(tmp_path / "s.duckdb"),
+        env={"SERVLENS_PROMETHEUS_TOKEN": secret},
+    )
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        f"Error: Prometheus at {fake.url} refused the request (HTTP 401): the credentials given were refused. Set "
-        "SERVLENS_PROMETHEUS_TOKEN (a bearer token) or SERVLENS_PROMETHEUS_USER and SERVLENS_PROMETHEUS_PASSWORD; "
-        "nothing was written.")
+        f"Error: Prometheus at {fake.url} refused the request (HTTP 401): the credentials given were "
+        "refused. Set "
+        "SERVLENS_PROMETHEUS_TOKEN (a bearer token) or SERVLENS_PROMETHEUS_USER and "
+        "SERVLENS_PROMETHEUS_PASSWORD; "
+        "nothing was written."
+    )
     assert secret not in done.stderr + done.stdout
     assert fake.seen[0]["headers"]["Authorization"] == f"Bearer {secret}"
 
@@ -413,21 +530,37 @@ def test_basic_auth_from_the_environment_or_the_url_and_the_url_is_stored_withou
     source = ingest_inputs(con, [], run="r", prometheus=pull).sources[0]
     assert fake.seen[-1]["headers"]["Authorization"] == "Basic " + base64.b64encode(b"ops:pa@ss").decode()
     assert "ops" not in source["path"] and source["path"].startswith(fake.url + "/api/v1/query_range?")
-    env_pull = prometheus_pull(fake.url, env={"SERVLENS_PROMETHEUS_USER": "u", "SERVLENS_PROMETHEUS_PASSWORD": "p"})
+    env_pull = prometheus_pull(
+        fake.url, env={"SERVLENS_PROMETHEUS_USER": "u", "SERVLENS_PROMETHEUS_PASSWORD": "p"}
+    )
     assert env_pull.auth == "Basic " + base64.b64encode(b"u:p").decode()
 
 
 def test_a_promql_error_is_one_sentence_and_nothing_is_written(fake, tmp_path):
-    fake.routes["/api/v1/query_range"] = lambda p: error(422, "execution", "query processing would load too many "
-                                                         "samples into memory in query execution")
+    fake.routes["/api/v1/query_range"] = lambda p: error(
+        422, "execution", "query processing would load too many samples into memory in query execution"
+    )
     db = tmp_path / "s.duckdb"
-    done = servlens(tmp_path, "ingest", "--prometheus", fake.url, "--prometheus-start", WINDOW[0], "--prometheus-end",
-                    WINDOW[1], "--db", str(db))
+    done = servlens(
+        tmp_path,
+        "ingest",
+        "--prometheus",
+        fake.url,
+        "--prometheus-start",
+        WINDOW[0],
+        "--prometheus-end",
+        WINDOW[1],
+        "--db",
+        str(db),
+    )
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        f"Error: Prometheus at {fake.url} answered /api/v1/query_range with an error (execution: query processing "
-        "would load too many samples into memory in query execution). Check --prometheus-selector; nothing was "
-        "written.")
+        f"Error: Prometheus at {fake.url} answered /api/v1/query_range with an error (execution: query "
+        "processing "
+        "would load too many samples into memory in query execution). Check --prometheus-selector; nothing "
+        "was "
+        "written."
+    )
     assert open_store(db, read_only=True).execute("SELECT count(*) FROM sources").fetchone()[0] == 0
 
 
@@ -436,7 +569,9 @@ def test_one_run_failing_writes_no_run(fake):
 
     def flaky(params):
         calls.append(params)
-        return series_route(lambda t: "1", fake)(params) if len(calls) == 1 else error(400, "bad_data", "boom")
+        return (
+            series_route(lambda t: "1", fake)(params) if len(calls) == 1 else error(400, "bad_data", "boom")
+        )
 
     fake.routes["/api/v1/query_range"] = flaky
     con = open_store(":memory:")
@@ -445,8 +580,9 @@ def test_one_run_failing_writes_no_run(fake):
     with pytest.raises(PrometheusError, match="bad_data: boom"):
         session.pull_into(con, windows)
     assert len(calls) == 2
-    assert con.execute("SELECT (SELECT count(*) FROM sources), (SELECT count(*) FROM metric_samples)").fetchone() \
-        == (0, 0)
+    assert con.execute(
+        "SELECT (SELECT count(*) FROM sources), (SELECT count(*) FROM metric_samples)"
+    ).fetchone() == (0, 0)
 
 
 def test_timeouts_and_503_are_retried_with_backoff_then_said(fake):
@@ -461,16 +597,23 @@ def test_timeouts_and_503_are_retried_with_backoff_then_said(fake):
     pauses: list[float] = []
     pull = prometheus_pull(fake.url)
     client = PrometheusClient(type(pull)(**{**pull.__dict__, "timeout_s": 0.3}), sleep=pauses.append)
-    assert client.get("/api/v1/query_range", [("query", "up")], post=True) == {"resultType": "matrix", "result": []}
+    assert client.get("/api/v1/query_range", [("query", "up")], post=True) == {
+        "resultType": "matrix",
+        "result": [],
+    }
     assert pauses == [0.5, 1.0] and client.requests == 3
-    fake.routes["/api/v1/query_range"] = lambda p: error(503, "timeout", "query timed out in expression evaluation")
+    fake.routes["/api/v1/query_range"] = lambda p: error(
+        503, "timeout", "query timed out in expression evaluation"
+    )
     pauses.clear()
     with pytest.raises(PrometheusError) as caught:
         client.get("/api/v1/query_range", [("query", "up")], post=True)
     assert pauses == [0.5, 1.0, 2.0]
-    assert str(caught.value) == (f"Prometheus at {fake.url} answered /api/v1/query_range with an error (timeout: "
-                                 "query timed out in expression evaluation). Check --prometheus-selector; nothing "
-                                 "was written.")
+    assert str(caught.value) == (
+        f"Prometheus at {fake.url} answered /api/v1/query_range with an error (timeout: "
+        "query timed out in expression evaluation). Check --prometheus-selector; nothing "
+        "was written."
+    )
 
 
 def test_a_url_that_is_not_a_prometheus_api_says_so(fake):
@@ -478,7 +621,9 @@ def test_a_url_that_is_not_a_prometheus_api_says_so(fake):
     fake.routes["/api/v1/query_range"] = lambda p: (200, b"<html>Grafana</html>", "text/html")
     session = open_session(prometheus_pull(fake.url))
     assert session.interval.source == "default"
-    with pytest.raises(PrometheusError, match=r"did not answer /api/v1/query_range as a Prometheus API \(HTTP 200"):
+    with pytest.raises(
+        PrometheusError, match=r"did not answer /api/v1/query_range as a Prometheus API \(HTTP 200"
+    ):
         session.pull_into(open_store(":memory:"), {"r": (1796165660.0, 1796165680.0)})
 
 
@@ -486,22 +631,38 @@ def test_compare_pulls_each_sides_own_window(fake, tmp_path):
     fake.routes["/api/v1/query_range"] = series_route(lambda t: "0", fake)
     samples = Path(__file__).resolve().parents[2] / "sample_logs"
     before, after = samples / "steady-a" / "requests.jsonl", samples / "steady-b" / "requests.jsonl"
-    done = servlens(tmp_path, "compare", str(before), str(after), "--prometheus", fake.url, "--format", "json")
+    done = servlens(
+        tmp_path, "compare", str(before), str(after), "--prometheus", fake.url, "--format", "json"
+    )
     assert done.returncode in (0, 1, 3), done.stderr
     spans = []
     for log in (before, after):
         con = open_store(":memory:")
         ingest_inputs(con, [str(log)], run="x")
-        t0, t1 = con.execute("SELECT epoch(min(t_arrival)), epoch(max(coalesce(t_end, t_arrival))) FROM requests "
-                             "WHERE run = 'x'").fetchone()
+        t0, t1 = con.execute(
+            "SELECT epoch(min(t_arrival)), epoch(max(coalesce(t_end, t_arrival))) FROM requests "
+            "WHERE run = 'x'"
+        ).fetchone()
         spans.append((t0 - 120, t1 + 120))
     sent = fake.range_queries()
     assert len(sent) == 2
     for query, (start, end) in zip(sent, spans):
         assert start <= float(query["start"]) < start + 1 and end - 1 < float(query["end"]) <= end
-    refused = servlens(tmp_path, "compare", "--db", str(tmp_path / "none.duckdb"), "--before", "a", "--after", "b",
-                       "--prometheus", fake.url)
+    refused = servlens(
+        tmp_path,
+        "compare",
+        "--db",
+        str(tmp_path / "none.duckdb"),
+        "--before",
+        "a",
+        "--after",
+        "b",
+        "--prometheus",
+        fake.url,
+    )
     assert refused.returncode == 2
-    assert refused.stderr.strip() == ("Error: --prometheus pulls metrics for BEFORE and AFTER files or folders, not "
-                                      "for runs in a store. Keep them with 'servlens ingest --prometheus URL --db "
-                                      "STORE' first, or give the files.")
+    assert refused.stderr.strip() == (
+        "Error: --prometheus pulls metrics for BEFORE and AFTER files or folders, not "
+        "for runs in a store. Keep them with 'servlens ingest --prometheus URL --db "
+        "STORE' first, or give the files."
+    )

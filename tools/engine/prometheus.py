@@ -3,16 +3,19 @@ package) and VictoriaMetrics (Debian's `victoria-metrics`), from one generated s
 
     prom = start_prometheus(["127.0.0.1:8081"], workdir, interval_s=1.0)   # waits until ready
     vm = start_prometheus(["127.0.0.1:8081"], workdir2, kind="victoria-metrics")
-    prom.wait_for_scrape(after=time.time())                                 # a scrape that began after a moment
-    prom.stop()                                                             # by its PID: SIGTERM, then SIGKILL
+    prom.wait_for_scrape(after=time.time())                                 # a scrape that began after a
+        moment
+    prom.stop()                                                             # by its PID: SIGTERM, then
+        SIGKILL
     servers, runs = run_scraped("burst", out, workdir, kinds=("prometheus", "victoria-metrics"))
 
-The config is generated (one job `llamacpp`, the given interval and static targets); the data lives in `workdir`,
-so a stopped server leaves nothing running and nothing outside that folder. A target may be down when the server
-starts (the engine comes up later): it keeps trying every interval."""
+The config is generated (one job `llamacpp`, the given interval and static targets); the data lives in
+`workdir`, so a stopped server leaves nothing running and nothing outside that folder. A target may be down
+when the server starts (the engine comes up later): it keeps trying every interval."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -44,9 +47,12 @@ def free_port() -> int:
 def config_text(targets: list[str], interval_s: float, job: str = JOB) -> str:
     interval = f"{int(interval_s * 1000)}ms"
     listed = ", ".join(f'"{t}"' for t in targets)
-    return (f"global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\n  evaluation_interval: 1m\n"
-            f"scrape_configs:\n  - job_name: {job}\n    scrape_interval: {interval}\n    scrape_timeout: {interval}\n"
-            f"    static_configs:\n      - targets: [{listed}]\n")
+    return (
+        f"global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\n  evaluation_interval: 1m\n"
+        f"scrape_configs:\n  - job_name: {job}\n    scrape_interval: {interval}\n    scrape_timeout: "
+        f"{interval}\n"
+        f"    static_configs:\n      - targets: [{listed}]\n"
+    )
 
 
 @dataclass
@@ -64,11 +70,15 @@ class RunningPrometheus:
         return answer["data"]["activeTargets"]
 
     def wait_for_scrape(self, after: float, timeout: float = 30.0, healthy: bool = True) -> dict:
-        """Wait until every target was scraped at or after `after` (Unix s) -- successfully, with `healthy`."""
+        """Wait until every target was scraped at or after `after` (Unix s); successfully, with `healthy`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             info = self.targets_info()
-            done = [t for t in info if _unix(t.get("lastScrape")) >= after and (t.get("health") == "up" or not healthy)]
+            done = [
+                t
+                for t in info
+                if _unix(t.get("lastScrape")) >= after and (t.get("health") == "up" or not healthy)
+            ]
             if info and len(done) == len(info):
                 return {t["scrapeUrl"]: t for t in info}
             time.sleep(0.2)
@@ -98,7 +108,7 @@ _RUNNING: dict[int, RunningPrometheus] = {}
 
 
 def _unix(text: str | None) -> float:
-    """An RFC 3339 time with nanoseconds (Prometheus) or a dot-less fraction (VictoriaMetrics 1.79) as Unix s."""
+    """RFC 3339 with nanoseconds (Prometheus) or a dot-less fraction (VictoriaMetrics 1.79), as Unix s."""
     match = re.fullmatch(r"(.*?T\d\d:\d\d:\d\d)(?:\.?(\d+))?(Z|[+-]\d\d:\d\d)", (text or "").strip())
     if not match:
         return 0.0
@@ -112,23 +122,43 @@ SERVERS = ("prometheus", "victoria-metrics")
 
 
 def server_binary(kind: str = "prometheus") -> str | None:
-    """The executable of `kind`: prometheus ($SERVLENS_PROMETHEUS_BIN, else PATH) or victoria-metrics (PATH)."""
+    """The binary of `kind`: prometheus ($SERVLENS_PROMETHEUS_BIN, else PATH) or victoria-metrics (PATH)."""
     return prometheus_binary() if kind == "prometheus" else shutil.which("victoria-metrics")
 
 
 def _argv(kind: str, binary: str, config: Path, data: Path, port: int) -> list[str]:
     if kind == "prometheus":
-        return [binary, f"--config.file={config}", f"--storage.tsdb.path={data}",
-                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
-    # VictoriaMetrics hides the last 30 s from range queries by default (-search.latencyOffset): a test reads at once.
-    return [binary, f"-promscrape.config={config}", f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{port}",
-            "-search.latencyOffset=0s", "-retentionPeriod=1d", "-loggerLevel=ERROR", "-promscrape.config.strictParse=false"]
+        return [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ]
+    # VictoriaMetrics hides the last 30 s from range queries by default (-search.latencyOffset): a test reads
+    # at once.
+    return [
+        binary,
+        f"-promscrape.config={config}",
+        f"-storageDataPath={data}",
+        f"-httpListenAddr=127.0.0.1:{port}",
+        "-search.latencyOffset=0s",
+        "-retentionPeriod=1d",
+        "-loggerLevel=ERROR",
+        "-promscrape.config.strictParse=false",
+    ]
 
 
-def start_prometheus(targets: list[str], workdir: Path, interval_s: float = 1.0, port: int | None = None,
-                     ready_timeout: float = 30.0, kind: str = "prometheus") -> RunningPrometheus:
-    """Start Prometheus (or VictoriaMetrics, `kind`) on 127.0.0.1:`port` (a free one by default) scraping `targets`
-    every `interval_s`."""
+def start_prometheus(
+    targets: list[str],
+    workdir: Path,
+    interval_s: float = 1.0,
+    port: int | None = None,
+    ready_timeout: float = 30.0,
+    kind: str = "prometheus",
+) -> RunningPrometheus:
+    """Start Prometheus (or VictoriaMetrics, `kind`) on 127.0.0.1:`port` (a free one by default) scraping
+    `targets` every `interval_s`."""
     binary = server_binary(kind)
     if binary is None:
         raise FileNotFoundError(f"no {kind} binary (apt-get install {kind})")
@@ -138,16 +168,21 @@ def start_prometheus(targets: list[str], workdir: Path, interval_s: float = 1.0,
     config.write_text(config_text(targets, interval_s), encoding="utf-8")
     port = port or free_port()
     with open(workdir / f"{kind}.log", "ab") as log:
-        proc = subprocess.Popen(_argv(kind, binary, config, workdir / "data", port), stdout=log, stderr=log,
-                                cwd=str(workdir))
-    server = RunningPrometheus(proc.pid, f"http://127.0.0.1:{port}", workdir, list(targets), interval_s, kind, proc)
+        proc = subprocess.Popen(
+            _argv(kind, binary, config, workdir / "data", port), stdout=log, stderr=log, cwd=str(workdir)
+        )
+    server = RunningPrometheus(
+        proc.pid, f"http://127.0.0.1:{port}", workdir, list(targets), interval_s, kind, proc
+    )
     _RUNNING[proc.pid] = server
     ready = "/-/ready" if kind == "prometheus" else "/health"
     deadline = time.monotonic() + ready_timeout
     try:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"{kind} exited with code {proc.returncode} (log: {workdir / f'{kind}.log'})")
+                raise RuntimeError(
+                    f"{kind} exited with code {proc.returncode} (log: {workdir / f'{kind}.log'})"
+                )
             try:
                 if requests.get(server.url + ready, timeout=2).status_code == 200:
                     return server
@@ -160,12 +195,18 @@ def start_prometheus(targets: list[str], workdir: Path, interval_s: float = 1.0,
         raise
 
 
-def run_scraped(scenario: str, out_dir: Path, workdir: Path, interval_s: float = 1.0, log=print,
-                kinds: tuple[str, ...] = ("prometheus",)) -> tuple[dict[str, RunningPrometheus], list[dict]]:
+def run_scraped(
+    scenario: str,
+    out_dir: Path,
+    workdir: Path,
+    interval_s: float = 1.0,
+    log=print,
+    kinds: tuple[str, ...] = ("prometheus",),
+) -> tuple[dict[str, RunningPrometheus], list[dict]]:
     """Run a scenario's runs (tools.engine.scenarios) with real metric servers (`kinds`: prometheus,
-    victoria-metrics) scraping each engine beside the harness's own scraper; each engine stays up until every server
-    has scraped it after its load ended. Returns the still running servers by kind (the caller stops them) and the
-    run summaries."""
+    victoria-metrics) scraping each engine beside the harness's own scraper; each engine stays up until every
+    server has scraped it after its load ended. Returns the still running servers by kind (the caller stops
+    them) and the run summaries."""
     from dataclasses import replace
 
     from .scenarios import SCENARIOS, run_one
@@ -182,16 +223,28 @@ def run_scraped(scenario: str, out_dir: Path, workdir: Path, interval_s: float =
 
     try:
         for kind in kinds:
-            servers[kind] = start_prometheus([f"127.0.0.1:{port}" for port in ports], Path(workdir) / kind,
-                                             interval_s, kind=kind)
-        # Prometheus applies new targets on a 5 s tick: wait until the scrape loops run (the engines are not up
+            servers[kind] = start_prometheus(
+                [f"127.0.0.1:{port}" for port in ports], Path(workdir) / kind, interval_s, kind=kind
+            )
+        # Prometheus applies new targets on a 5 s tick: wait until the scrape loops run (the engines are not
+        # up
         # yet, so the first tries fail), so that the load's first seconds are scraped too.
         scraped_after(started)
         for port, spec in zip(ports, spec_of.runs):
             spec = replace(spec, server=replace(spec.server, port=port))
-            summaries.append(run_one(spec, Path(out_dir), spec_of, None, 1234, log,
-                                     before_stop=lambda: scraped_after(time.time())))
-            # One failed scrape after the engine stopped: the series are then marked stale, so a range query does
+            summaries.append(
+                run_one(
+                    spec,
+                    Path(out_dir),
+                    spec_of,
+                    None,
+                    1234,
+                    log,
+                    before_stop=lambda: scraped_after(time.time()),
+                )
+            )
+            # One failed scrape after the engine stopped: the series are then marked stale, so a range query
+            # does
             # not carry the last values on for its 5-minute lookback.
             scraped_after(time.time())
     except BaseException:
@@ -206,7 +259,5 @@ def stop_all() -> None:
     for server in list(_RUNNING.values()):
         server.stop(timeout=5)
 
-
-import atexit
 
 atexit.register(stop_all)
