@@ -298,7 +298,8 @@ def ingest_inputs(
     if session is not None:
         from servlens.ingest.prometheus_source import run_windows
 
-        pulled = session.pull_into(con, run_windows(con, session, list(dict.fromkeys(touched)), run))
+        windows = run_windows(con, session, list(dict.fromkeys(touched)), run)
+        pulled = session.pull_into(con, windows, progress=progress)
         report.sources.extend(pulled)
         touched.extend(s["run"] for s in pulled)
     report.runs = list(dict.fromkeys(touched))

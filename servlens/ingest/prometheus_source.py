@@ -64,7 +64,7 @@ DEFAULT_INTERVAL_S = 15.0  # Prometheus' own default scrape_interval, used only 
 DEFAULT_PAD_S = 120.0
 SOURCE_FORMAT = "prometheus-api"
 
-# Each role's series in every engine family, as normalised base names (reference/engines.md §1a, §4a, §5a, §6).
+# Each role's series in every engine family, as base names (reference/engines.md §1a, §4a, §5a, §6).
 # A rule that names one of them needs the role; the pull asks for the role's names in every family.
 METRIC_ROLES: dict[str, tuple[str, ...]] = {
     "waiting": (
@@ -131,7 +131,6 @@ def required_by(rules) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# ---
 # what to pull
 
 
@@ -244,7 +243,6 @@ def _safe(url: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# ---
 # HTTP
 
 
@@ -359,7 +357,6 @@ def _decode(raw: bytes) -> dict | None:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# ---
 # scrape interval
 
 
@@ -453,7 +450,6 @@ def scrape_interval(client: PrometheusClient) -> Interval:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# ---
 # range queries
 
 
@@ -499,12 +495,22 @@ class Pulled:
 
 
 def query_range(
-    client: PrometheusClient, query: str, first: float, last: float, step: float
+    client: PrometheusClient,
+    query: str,
+    first: float,
+    last: float,
+    step: float,
+    on_chunk: Callable[[int, int], None] | None = None,
 ) -> dict[str, dict]:
-    """Every series of `query` over the grid first..last, merged across the chunks: {labels JSON: series}."""
+    """Every series of `query` over the grid first..last, merged across the chunks: {labels JSON: series}.
+    `on_chunk(done, total)` is told after each range query (a progress bar)."""
     merged: dict[str, dict] = {}
     pending = [(a, b, MAX_POINTS) for a, b in chunks(first, last, step)]
+    done = 0
     while pending:
+        if on_chunk is not None:
+            on_chunk(done, done + len(pending))
+        done += 1
         a, b, limit = pending.pop(0)
         try:
             data = client.get(
@@ -539,7 +545,6 @@ def query_range(
 
 
 # ------------------------------------------------------------------------------------------------------------
-# ---
 # a session: reach the server, then pull each run's window into the store
 
 
@@ -587,7 +592,9 @@ class PrometheusSession:
                     continue
         return self.interval.phase
 
-    def fetch(self, run: str, window: tuple[float, float]) -> Pulled:
+    def fetch(
+        self, run: str, window: tuple[float, float], on_chunk: Callable[[int, int], None] | None = None
+    ) -> Pulled:
         started = time.monotonic()
         requests, size = self.client.requests, self.client.bytes
         step = self.interval.seconds
@@ -598,12 +605,11 @@ class PrometheusSession:
         grid = step_grid(
             window[0], last_step, step, self.scrape_phase(((window[0] + window[1]) / 2, last_step))
         )
-        merged = query_range(self.client, query, *grid, step) if grid else {}
+        merged = query_range(self.client, query, *grid, step, on_chunk) if grid else {}
         document = {"status": "success", "data": {"resultType": "matrix", "result": list(merged.values())}}
         points = sum(len(s.get("values") or []) for s in merged.values())
         # The window asked for, not the step grid (its phase moves by the scrapes' jitter): one path per
-        # window, so
-        # a second pull of it replaces or skips instead of adding a second copy.
+        # window, so a second pull of it replaces or skips instead of adding a second copy.
         first, last = window
         path = (
             f"{self.pull.url}/api/v1/query_range?query={query}&start={_iso(first)}&end={_iso(last)}"
@@ -698,18 +704,55 @@ class PrometheusSession:
         if not pulled.series:
             summary["prometheus"]["notes"].append(
                 "the server has none of the series servlens reads in this window (with this selector): the "
-                "rules "
-                "that need engine metrics are not evaluable"
+                "rules that need engine metrics are not evaluable"
             )
         return summary
 
     def pull_into(
-        self, con: duckdb.DuckDBPyConnection, windows: Mapping[str, tuple[float, float]]
+        self,
+        con: duckdb.DuckDBPyConnection,
+        windows: Mapping[str, tuple[float, float]],
+        progress: bool = False,
     ) -> list[dict]:
-        """Fetch every run's window, then write them all in one transaction: a failure writes nothing."""
-        fetched = [self.fetch(run, window) for run, window in windows.items()]
+        """Fetch every run's window, then write them all in one transaction: a failure writes nothing. With
+        `progress`, a bar on stderr while a window takes more than one range query."""
+        bar = _ChunkProgress() if progress else None
+        try:
+            fetched = [
+                self.fetch(run, window, bar.update if bar else None) for run, window in windows.items()
+            ]
+        finally:
+            if bar:
+                bar.close()
         with src.one_transaction(con):
             return [self.store(con, pulled) for pulled in fetched]
+
+
+class _ChunkProgress:
+    """A transient rich bar on stderr over the range queries of a window, shown from its second query on."""
+
+    def __init__(self) -> None:
+        self.progress = None
+        self.task = None
+
+    def update(self, done: int, total: int) -> None:
+        if total < 2:
+            return
+        if self.progress is None:
+            import sys
+
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self.progress = Progress(TextColumn("[bold]prometheus[/] range queries"), BarColumn(),
+                                     MofNCompleteColumn(), console=Console(file=sys.stderr), transient=True)
+            self.task = self.progress.add_task("pull", total=total)
+            self.progress.start()
+        self.progress.update(self.task, completed=done, total=total)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
 
 
 def open_session(pull: PrometheusPull, sleep: Callable[[float], None] = time.sleep) -> PrometheusSession:

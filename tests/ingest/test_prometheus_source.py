@@ -163,7 +163,6 @@ WINDOW = ("2026-12-01T22:54:20Z", "2026-12-01T22:54:40Z")
 
 
 # ------------------------------------------------------------------------------------------------------------
-# ---
 # what is asked for
 
 
@@ -253,7 +252,6 @@ def test_a_selector_picks_the_targets_whose_interval_counts(fake):
 
 
 # ------------------------------------------------------------------------------------------------------------
-# ---
 # what is stored
 
 
@@ -347,6 +345,16 @@ def test_a_range_over_11000_points_is_split_into_ranges_that_share_no_point(fake
     )
 
 
+def test_the_progress_callback_counts_the_range_queries(fake):
+    fake.routes["/api/v1/query_range"] = series_route(lambda t: "1", fake)
+    session = open_session(prometheus_pull(fake.url))
+    told: list[tuple[int, int]] = []
+    pulled = session.fetch("r", (1796140800.0, 1796166000.0), on_chunk=lambda *seen: told.append(seen))
+    assert told == [(0, 3), (1, 3), (2, 3)] and pulled.points == 25_200
+    # two tries of timestamp(up) for the scrape phase (this server has no /api/v1/query), then the 3 ranges
+    assert pulled.requests == 5
+
+
 def test_a_server_with_a_lower_limit_is_split_again_under_it(fake):
     fake.max_points = 4_000
     fake.routes["/api/v1/query_range"] = series_route(lambda t: "1", fake)
@@ -420,7 +428,6 @@ def test_warnings_are_kept_and_said(fake, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------------------
-# ---
 # windows from the request logs
 
 
@@ -462,7 +469,6 @@ def test_no_window_and_no_logs_is_an_error(fake):
 
 
 # ------------------------------------------------------------------------------------------------------------
-# ---
 # failures: one sentence, exit 2, nothing written
 
 
