@@ -114,3 +114,58 @@ def import_in_background(*modules: str) -> threading.Thread:
     thread = threading.Thread(target=run, name="servlens-imports", daemon=True)
     thread.start()
     return thread
+
+
+def prometheus_options(window: bool = True):
+    """`--prometheus URL` and `--prometheus-selector`, plus `--prometheus-start/-end` with `window`."""
+
+    def decorate(func):
+        if window:
+            func = click.option(
+                "--prometheus-end", "prometheus_end", default=None, metavar="TIME",
+                help="End of the window to pull (ISO-8601 or Unix s) [default: the logs' last request "
+                     "+ 2 min].",
+            )(func)
+            func = click.option(
+                "--prometheus-start", "prometheus_start", default=None, metavar="TIME",
+                help="Start of the window to pull [default: the logs' first request - 2 min].",
+            )(func)
+        func = click.option(
+            "--prometheus-selector", "prometheus_selector", default=None, metavar="'{LABELS}'",
+            help="Label matchers narrowing the pulled series, e.g. '{job=\"llm\"}'.",
+        )(func)
+        func = click.option(
+            "--prometheus", "prometheus_url", default=None, metavar="URL",
+            help="Pull the engine metrics the rules need from this Prometheus-compatible server "
+                 "(auth: $SERVLENS_PROMETHEUS_TOKEN, or _USER and _PASSWORD).",
+        )(func)
+        return func
+
+    return decorate
+
+
+def prometheus_pull(url: str | None, selector: str | None, start: str | None = None, end: str | None = None,
+                    rules=None):
+    """The --prometheus request for ingest_inputs (None without --prometheus); series from `rules`' needs (all
+    built-in rules when None)."""
+    if url is None:
+        if selector or start or end:
+            raise ConfigError("--prometheus-selector, --prometheus-start and --prometheus-end need "
+                              "--prometheus URL", "Add --prometheus http://HOST:9090")
+        return None
+    from servlens.ingest.prometheus_source import prometheus_pull as build
+    from servlens.ingest.prometheus_source import required_by
+
+    if rules is None:
+        from servlens.analysis.rules import load_rules
+
+        rules = load_rules()
+    return build(url, required=required_by(rules), selector=selector, start=start, end=end)
+
+
+def echo_prometheus_notes(report: dict) -> None:
+    """Say on stderr what a Prometheus pull noted (an assumed interval, server warnings, no series found)."""
+    for source in report.get("sources", []):
+        info = source.get("prometheus") or {}
+        for text in info.get("notes", []) + [f"the server warned: {w}" for w in info.get("warnings", [])]:
+            click.echo(f"Note ({source['run']}): {text}.", err=True)

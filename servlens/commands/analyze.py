@@ -9,9 +9,12 @@ import click
 
 from servlens.commands._common import (
     default_out,
+    echo_prometheus_notes,
     import_in_background,
     output_options,
     pick_format,
+    prometheus_options,
+    prometheus_pull,
     resolve_db,
     write_output,
 )
@@ -49,10 +52,12 @@ def _split(values: tuple[str, ...]) -> list[str]:
                    "its reason, and the full workload profile (JSON, Markdown and HTML always have them).")
 @click.option("--templates", "templates_dir", type=click.Path(file_okay=False), default=None,
               help="With --format html: a folder of templates that replace the built-in ones.")
+@prometheus_options()
 @output_options
 @click.pass_context
 def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select, ignore, settings, fail_on,
-            verbose, templates_dir, output_format, out):
+            verbose, templates_dir, prometheus_url, prometheus_selector, prometheus_start, prometheus_end,
+            output_format, out):
     """Find incidents in request logs and engine metrics: run the rules and report each finding with its evidence.
 
     PATHS are request logs, scrapes, or folders holding both; they are ingested into a temporary in-memory store.
@@ -69,6 +74,7 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
         servlens analyze logs/ --select SL001,SL004 --set SL004.min_queue_share=0.6 --fail-on warning
         servlens analyze logs/ --format md --out summary.md
         servlens analyze incident-1128/ --verbose
+        servlens analyze incident-1128/ --prometheus http://prom:9090 --prometheus-selector '{job="llm"}'
     """
     from servlens.analysis.rules import load_rules, parse_overrides, select_rules
     from servlens.analysis.runner import analyze as run_analysis
@@ -86,8 +92,9 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
     if not selected:
         raise ConfigError("--select and --ignore leave no rule to run", "Known rules: " + ", ".join(r.id for r in rules))
     overrides = parse_overrides(list(settings), rules)
+    pull = prometheus_pull(prometheus_url, prometheus_selector, prometheus_start, prometheus_end, selected)
 
-    con, analysed_runs, skipped = _open(ctx, paths, metrics_paths, db, runs, from_format)
+    con, analysed_runs, skipped = _open(ctx, paths, metrics_paths, db, runs, from_format, pull)
     try:
         doc = run_analysis(con, selected, analysed_runs, overrides)
     finally:
@@ -139,11 +146,16 @@ def _warn_not_evaluable(doc: dict) -> None:
     )
 
 
-def _open(ctx, paths, metrics_paths, db, runs, from_format):
-    """(connection, runs to analyse, skipped files): a temporary store from PATHS, or an existing store."""
+def _open(ctx, paths, metrics_paths, db, runs, from_format, pull=None):
+    """(connection, runs to analyse, skipped files): a temporary store from PATHS (and --prometheus), or an
+    existing store."""
     from servlens.store.schema import open_store
 
-    if paths or metrics_paths:
+    if paths or metrics_paths or pull:
+        if db and pull and not (paths or metrics_paths):
+            raise ConfigError("--prometheus pulls into a temporary store, not into --db",
+                              "Keep the pull with 'servlens ingest --prometheus URL --db STORE', "
+                              "then analyse --db")
         if db:
             raise ConfigError("Give files to analyse or --db with a store, not both",
                               "Add the files to the store with 'servlens ingest' first, or drop --db")
@@ -154,10 +166,11 @@ def _open(ctx, paths, metrics_paths, db, runs, from_format):
         con = open_store(None)
         try:
             report = ingest_paths(con, list(paths), list(metrics_paths), run=runs[0] if runs else None,
-                                  from_format=from_format)
+                                  from_format=from_format, prometheus=pull)
         except BaseException:
             con.close()
             raise
+        echo_prometheus_notes(report)
         if not report["runs"]:
             con.close()
             raise InputError("Nothing servlens recognises in " + ", ".join(list(paths) + list(metrics_paths)),

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import click
 
-from servlens.commands._common import default_out, output_options, pick_format, resolve_db, write_output
+from servlens.commands._common import (
+    default_out,
+    output_options,
+    pick_format,
+    prometheus_options,
+    prometheus_pull,
+    resolve_db,
+    write_output,
+)
 from servlens.errors import ConfigError, InputError
 
 
@@ -31,9 +39,10 @@ from servlens.errors import ConfigError, InputError
               help="With --format html: a folder of templates that replace the built-in ones of the same name.")
 @output_options
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the points sampled for the covariate chart (results repeat exactly).")
+@prometheus_options(window=False)
 @click.pass_context
 def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from_format, templates_dir,
-            output_format, out, seed):
+            output_format, out, seed, prometheus_url, prometheus_selector):
     """Compare an AFTER run with a BEFORE run on matched cohorts and gate the release.
 
     BEFORE and AFTER are files or folders of request logs (ingested into a temporary store), or run labels in
@@ -46,6 +55,7 @@ def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from
         servlens compare --db store.duckdb --before prod-1127 --after canary-1128
         servlens compare before.jsonl after.jsonl --policy gates.toml --format md --out compare.md
         servlens compare before/ after/ --out gate.html --templates my-templates/
+        servlens compare before/ after/ --prometheus http://prometheus:9090   (each side's own window)
     """
     from servlens.compare.engine import compare_runs, exit_code
     from servlens.compare.policy import load_policy, parse_by
@@ -57,11 +67,12 @@ def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from
     policy = load_policy(policy_path)
     if by is not None:
         policy = policy.with_by(parse_by(by))
+    pull = prometheus_pull(prometheus_url, prometheus_selector)
 
     scratch = tempfile.TemporaryDirectory(prefix="servlens-compare-")
     try:
         con, before_label, after_label = _open_runs(ctx, before, after, db, before_run, after_run, from_format,
-                                                    Path(scratch.name))
+                                                    Path(scratch.name), pull)
         try:
             doc = compare_runs(con, before_label, after_label, policy, seed=seed)
         finally:
@@ -91,13 +102,18 @@ def render(doc: dict, fmt: str, templates_dir: str | None = None) -> str:
     return render_compare_text(doc)
 
 
-def _open_runs(ctx, before, after, db, before_run, after_run, from_format, scratch: Path):
+def _open_runs(ctx, before, after, db, before_run, after_run, from_format, scratch: Path, pull=None):
     """A connection and the two run labels: from --db and labels, or a temporary store ingested from paths.
 
     The temporary store is a file in `scratch` (removed afterwards), so DuckDB can spill large inputs to disk.
     """
     from servlens.store.schema import open_store
 
+    labels_only = before and after and not any(map(_looks_like_path, (before, after)))
+    if pull is not None and (before_run or after_run or labels_only):
+        raise ConfigError("--prometheus pulls metrics for BEFORE and AFTER files or folders, not for runs "
+                          "in a store", "Keep them with 'servlens ingest --prometheus URL --db STORE' first, "
+                          "or give the files")
     if before_run or after_run:
         if before or after:
             raise ConfigError("Give either two paths or run labels as arguments, or --before/--after, not both",
@@ -122,7 +138,7 @@ def _open_runs(ctx, before, after, db, before_run, after_run, from_format, scrat
     con = open_store(scratch / "compare.duckdb")
     try:
         for label, path in (("before", before), ("after", after)):
-            _ingest(con, path, label, from_format)
+            _ingest(con, path, label, from_format, pull)
     except BaseException:
         con.close()
         raise
@@ -133,11 +149,15 @@ def _looks_like_path(value: str) -> bool:
     return Path(value).exists() or any(ch in value for ch in "*?[")
 
 
-def _ingest(con, path: str, run: str, from_format: str | None) -> None:
-    """Ingest a file or folder into the temporary store as run `run` (servlens.ingest.api)."""
+def _ingest(con, path: str, run: str, from_format: str | None, pull=None) -> None:
+    """Ingest a file or folder into the temporary store as run `run` (servlens.ingest.api); with `pull`, the
+    engine metrics of that run's own time span from Prometheus too."""
+    from servlens.commands._common import echo_prometheus_notes
     from servlens.ingest.api import ingest_inputs
 
-    ingest_inputs(con, [path], run=run, from_format=from_format, progress=sys.stderr.isatty())
+    report = ingest_inputs(con, [path], run=run, from_format=from_format, progress=sys.stderr.isatty(),
+                           prometheus=pull)
+    echo_prometheus_notes(report.to_dict())
     rows = con.execute("SELECT count(*) FROM requests WHERE run = ?", [run]).fetchall()[0][0]
     if rows == 0:
         raise InputError(f"{path} holds no request log that servlens recognises",

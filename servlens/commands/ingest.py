@@ -7,7 +7,14 @@ import sys
 
 import click
 
-from servlens.commands._common import db_option, resolve_db, write_output
+from servlens.commands._common import (
+    db_option,
+    echo_prometheus_notes,
+    prometheus_options,
+    prometheus_pull,
+    resolve_db,
+    write_output,
+)
 
 
 @click.command(short_help="Read request logs and engine metrics into the store.")
@@ -25,10 +32,11 @@ from servlens.commands._common import db_option, resolve_db, write_output
 @click.option("--at", default=None, metavar="TIME", help="Scrape time for metrics files that carry none (ISO-8601 or Unix s).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--out", default=None, type=click.Path(dir_okay=False), help="Write the summary to this file.")
+@prometheus_options()
 @db_option
 @click.pass_context
 def ingest(ctx, inputs, run, from_format, profile_file, metrics_inputs, keep_text, strict, start, tz, at,
-           output_format, out, db):
+           output_format, out, prometheus_url, prometheus_selector, prometheus_start, prometheus_end, db):
     """Ingest request logs (any known format, or your --profile) and Prometheus metrics.
 
     INPUTS are files, folders or globs; .gz and .zst are read directly. A folder ingests what servlens recognises
@@ -41,23 +49,26 @@ def ingest(ctx, inputs, run, from_format, profile_file, metrics_inputs, keep_tex
         servlens ingest --from vllm-bench results/*.json --run bench-a
         servlens ingest tests/data/shared/real-engine/llamacpp/
         servlens ingest --metrics scrapes/ --run before
+        servlens ingest incident/ --prometheus http://prometheus:9090 --db incident.duckdb
     """
     from servlens.ingest.api import check_something_ingested, ingest_inputs
     from servlens.ingest.summary import ingest_text
     from servlens.store.schema import open_store
 
+    pull = prometheus_pull(prometheus_url, prometheus_selector, prometheus_start, prometheus_end)
     db_path = resolve_db(ctx, db)
     con = open_store(db_path)
     try:
         report = ingest_inputs(
             con, list(inputs), run=run, from_format=from_format, profile_file=profile_file, keep_text=keep_text,
             strict=strict, start=start, tz=tz, at=at, metrics_inputs=list(metrics_inputs),
-            progress=sys.stderr.isatty() and output_format == "text",
+            progress=sys.stderr.isatty() and output_format == "text", prometheus=pull,
         )
     finally:
         con.close()
     check_something_ingested(report, [*inputs, *metrics_inputs])
     document = report.to_dict()
+    echo_prometheus_notes(document)
     if output_format == "json":
         text = json.dumps(document, indent=2, default=str)
     else:

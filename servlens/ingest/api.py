@@ -213,16 +213,26 @@ def ingest_inputs(
     at: str | float | datetime | None = None,
     metrics_inputs: list[str] | tuple[str, ...] = (),
     progress: bool = False,
+    prometheus=None,
 ) -> IngestReport:
-    """Ingest files, folders and globs into the store behind `con`; see the module docstring."""
+    """Ingest files, folders and globs into the store behind `con`; see the module docstring.
+
+    `prometheus` (a servlens.ingest.prometheus_source.PrometheusPull) also pulls engine metrics from that
+    server for each run's time span; the server is reached before any file is read, so one that is down
+    writes nothing."""
     if from_format and profile_file:
         raise ConfigError("--from and --profile both name a format", "Pass one of them")
     forced = load_profile_file(profile_file) if profile_file else get_profile(from_format) if from_format else None
     profiles = builtin_profiles()
     start_dt = parse_start(start)
     tz = check_tz(tz)
-    if not inputs and not metrics_inputs:
+    if not inputs and not metrics_inputs and prometheus is None:
         raise InputError("Nothing to ingest", "Name files, folders or globs")
+    session = None
+    if prometheus is not None:
+        from servlens.ingest.prometheus_source import open_session
+
+        session = open_session(prometheus)
 
     plans: list[_Plan] = []
     seen: set[Path] = set()
@@ -314,6 +324,13 @@ def ingest_inputs(
                 ids = ", ".join(str(int(i)) for i in result.source_ids)
                 result.columns_filled = column_coverage(con, f"source_id IN ({ids})")
                 report.sources[position] = result.to_dict()
+    if session is not None:
+        from servlens.ingest.prometheus_source import run_windows
+
+        windows = run_windows(con, session, list(dict.fromkeys(touched)), run)
+        pulled = session.pull_into(con, windows, progress=progress)
+        report.sources.extend(pulled)
+        touched.extend(s["run"] for s in pulled)
     report.runs = list(dict.fromkeys(touched))
     return report
 

@@ -266,7 +266,9 @@ def run_scenario(name: str, out_dir: Path, model_cache: Path | None = None, seed
 
 
 def run_one(spec: RunSpec, out_dir: Path, scenario: Scenario, model_cache: Path | None, seed: int,
-            log: Callable[[str], None]) -> dict:
+            log: Callable[[str], None], before_stop: Callable[[], None] | None = None) -> dict:
+    """One run into ``out_dir/<run>/``; ``before_stop`` is called once the load is done and the last scrape
+    taken, while the engine still runs (an external Prometheus waits there for its own last scrape)."""
     run_dir = out_dir / spec.run
     if run_dir.exists():  # a rerun replaces the run's files instead of appending to them
         for f in run_dir.iterdir():
@@ -291,6 +293,8 @@ def run_one(spec: RunSpec, out_dir: Path, scenario: Scenario, model_cache: Path 
                 scraper.stop()
         (run_dir / f"slots_{spec.run}_end.json").write_text(requests.get(base + "/slots", timeout=10).text,
                                                             encoding="utf-8")
+        if before_stop is not None:
+            before_stop()
     finally:
         server.stop()
     summary = {"scenario": scenario.name, "run": spec.run, "note": spec.note, "model": Path(model).name,
