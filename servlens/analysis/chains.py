@@ -297,7 +297,7 @@ def _phrase(link: dict, metrics: dict) -> str:
         return f"TPOT saturation on {where} ({n} requests decoded slower as concurrency grew)"
     if rule == "SL011":
         limit = metrics.get("limit_s")
-        return f"{n} timeouts on {where}" + (f" at the gateway's {limit:g} s limit" if limit else " at the gateway limit")
+        return f"{n} timeouts on {where}" + (f" at the gateway's {limit:.2f} s limit" if limit else " at the gateway limit")
     if rule == "SL013":
         top = metrics.get("top_class")
         return f"{n} failed requests on {where}" + (f" (mostly {top.replace('_', ' ')})" if top else "")
@@ -323,7 +323,7 @@ def chain_summary(chain: dict, nodes_by_path: dict[int, dict] | None = None) -> 
         if link.get("also"):
             phrase += f" (also {', '.join(link['also'])})"
         parts.append(phrase if not k else f"{phrase}, because {link['because']} ({link['shared_with_cause']} shared)")
-    text = parts[0][0].upper() + parts[0][1:] + " → " + " → ".join(parts[1:]) + "."
+    text = " → ".join(parts) + "."
     if chain.get("window"):
         text += f" From {chain['window']['start']} to {chain['window']['end']}"
         text += f"; {chain['through']} requests went through every link."

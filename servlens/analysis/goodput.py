@@ -285,13 +285,16 @@ def _curves(con: duckdb.DuckDBPyConnection) -> dict:
             ], x_log=True)}
 
 
-def _level_bins(con: duckdb.DuckDBPyConnection) -> None:
-    """gp_levels: each scope's in-flight counts merged into levels of at least MIN_BIN_REQUESTS requests.
+def _level_bins(con: duckdb.DuckDBPyConnection, judged: bool) -> None:
+    """gp_levels: each scope's in-flight counts merged into levels of at least MIN_BIN_REQUESTS requests (judged
+    requests, when `judged`).
 
     Exact counts where the data is dense, consecutive counts merged where it is sparse (a short burst leaves one
     request at each of many counts, and a level of one request says nothing about a p99)."""
-    counts = con.execute("""SELECT run, model, deployment, inflight, count(*) FROM gp_requests
-                            WHERE inflight IS NOT NULL GROUP BY ALL ORDER BY 1, 2 NULLS LAST, 3 NULLS LAST, 4""").fetchall()
+    # With targets a level is as large as its judged requests make it (an unjudged one says nothing of a target).
+    weight = "count(*) FILTER (WHERE judged)" if judged else "count(*)"
+    counts = con.execute(f"""SELECT run, model, deployment, inflight, {weight} FROM gp_requests
+                             WHERE inflight IS NOT NULL GROUP BY ALL ORDER BY 1, 2 NULLS LAST, 3 NULLS LAST, 4""").fetchall()
     bins, current, key = [], [], None
     for run, model, deployment, inflight, n in counts:
         if (run, model, deployment) != key:
@@ -324,7 +327,7 @@ def _capacity(con: duckdb.DuckDBPyConnection, targets: dict | None, counts: dict
     if not counts["with_end"] or not counts["timed"]:
         return {"note": "no end times or durations in these sources: requests in flight are unknown, so capacity is "
                         "not evaluable", "scopes": []}
-    _level_bins(con)
+    _level_bins(con, bool(targets))
     rows = _rows(con, f"""
         SELECT g.run, g.model, g.deployment, level_from, level_to, count(*) AS requests,
                quantile_cont(ttft_s, 0.99) AS ttft_p99, quantile_cont(tpot_s, 0.99) AS tpot_p99,
@@ -433,8 +436,10 @@ def goodput_summary(g: dict) -> str:
                 text += f" Attainment fell to {100 * fell[0]['share']:.0f}% in the window from {fell[0]['start']}."
     breaks = []
     names = {"ttft": "TTFT", "tpot": "TPOT", "both": "both targets"}
+    several_runs = len({b["run"] for b in g.get("breaking_concurrency") or []}) > 1
     for b in g.get("breaking_concurrency") or []:
-        where = b["model"] or b["deployment"] or b["run"]
+        where = " / ".join(str(v) for v in ((b["run"] if several_runs else None), b["model"] or b["deployment"]) if v) \
+            or b["run"]
         said: dict[str, list[str]] = {}
         for t in ("ttft", "tpot", "both"):
             r = b.get(t) or {}
@@ -443,7 +448,7 @@ def goodput_summary(g: dict) -> str:
             elif r.get("state") == "held":
                 said.setdefault(f"{{}} held up to {r['held_up_to']} in flight", []).append(names[t])
         parts = [(form.format(_joined(ts)) if "held" in form else _joined(ts) + " "
-                  + ("break" if len(ts) > 1 else "breaks") + form.format("")) for form, ts in said.items()]
+                  + ("break" if len(ts) == 2 else "breaks") + form.format("")) for form, ts in said.items()]
         if parts:
             breaks.append(f"{where}: " + ", ".join(parts))
     if breaks:
