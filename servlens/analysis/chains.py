@@ -245,7 +245,11 @@ def _through(con, path: list[int], edges: dict) -> int:
 
 
 def _where(scope: dict) -> str:
-    return scope.get("model") or scope.get("deployment") or scope.get("run") or "the run"
+    """The model; with its deployment when the link's `named` says two scopes of the chain share the model."""
+    name = scope.get("model") or scope.get("deployment") or scope.get("run") or "the run"
+    if scope.get("_shared_model") and scope.get("deployment"):
+        name += f" ({scope['deployment']})"
+    return name
 
 
 def _chain(con, nodes: list[dict], path: list[int], edges: dict, sizes: dict, spans: dict) -> dict:
@@ -281,9 +285,9 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds") + "Z"
 
 
-def _phrase(link: dict, metrics: dict) -> str:
+def _phrase(link: dict, metrics: dict, shared_model: bool = False) -> str:
     """A link in plain words with its numbers."""
-    n, where, rule = link["requests"], _where(link["scope"]), link["rule"]
+    n, where, rule = link["requests"], _where(link["scope"] | {"_shared_model": shared_model}), link["rule"]
     if rule == "SL004":
         return f"a queue-driven TTFT spike on {where} ({n} requests arrived in it)"
     if rule == "SL007":
@@ -317,9 +321,11 @@ def chain_summary(chain: dict, nodes_by_path: dict[int, dict] | None = None) -> 
     the change that breaks the chain first with its rollback criterion."""
     metrics = [((f["evidence"].get("metrics") or {}) if f else {}) for f in (nodes_by_path or {}).values()]
     metrics += [{}] * (len(chain["links"]) - len(metrics))
+    scopes = {(link["scope"].get("model"), link["scope"].get("deployment")) for link in chain["links"]}
+    models = [model for model, _ in scopes]
     parts = []
     for k, (link, m) in enumerate(zip(chain["links"], metrics)):
-        phrase = _phrase(link, m)
+        phrase = _phrase(link, m, models.count(link["scope"].get("model")) > 1)
         if link.get("also"):
             phrase += f" (also {', '.join(link['also'])})"
         parts.append(phrase if not k else f"{phrase}, because {link['because']} ({link['shared_with_cause']} shared)")

@@ -436,9 +436,13 @@ def goodput_summary(g: dict) -> str:
                 text += f" Attainment fell to {100 * fell[0]['share']:.0f}% in the window from {fell[0]['start']}."
     breaks = []
     names = {"ttft": "TTFT", "tpot": "TPOT", "both": "both targets"}
-    several_runs = len({b["run"] for b in g.get("breaking_concurrency") or []}) > 1
-    for b in g.get("breaking_concurrency") or []:
-        where = " / ".join(str(v) for v in ((b["run"] if several_runs else None), b["model"] or b["deployment"]) if v) \
+    listed = g.get("breaking_concurrency") or []
+    several_runs = len({b["run"] for b in listed}) > 1
+    # A model served by several deployments is named with its deployment, so the lines do not read the same.
+    shared_model = {b["model"] for b in listed if sum(o["model"] == b["model"] and o["run"] == b["run"] for o in listed) > 1}
+    for b in listed:
+        deployment = b["deployment"] if b["model"] in shared_model or not b["model"] else None
+        where = " / ".join(str(v) for v in ((b["run"] if several_runs else None), b["model"], deployment) if v) \
             or b["run"]
         said: dict[str, list[str]] = {}
         for t in ("ttft", "tpot", "both"):

@@ -216,3 +216,25 @@ def test_cold_start_then_ttft_spike(tmp_path):
     # Apart in time: the cold start did not cause the spike.
     assert build_chains(con, [_finding("SL007", UNIT, windows=[_window(0, 4.5)]),
                               _finding("SL004", UNIT, windows=[_window(20, 25)])]) == []
+
+
+def test_a_fallback_between_two_deployments_of_one_model_group(tmp_path):
+    """Each trace: a timeout on deployment a, then its fallback on deployment b cut by length (a unit store)."""
+    rows = []
+    for i in range(6):
+        start = T0 + timedelta(seconds=i)
+        rows.append({"model": "g", "deployment": "a", "trace_id": f"t{i}", "attempt": 1, "t_arrival": start,
+                     "t_end": start + timedelta(seconds=2.5), "status": "error", "finish_reason": "error",
+                     "http_status": 408, "error_type": "Timeout"})
+        rows.append({"model": "g", "deployment": "b", "trace_id": f"t{i}", "attempt": 2,
+                     "t_arrival": start + timedelta(seconds=2.5), "t_end": start + timedelta(seconds=4),
+                     "finish_reason": "length" if i < 4 else "stop", "fallback_from": "g"})
+    con = _store(tmp_path, rows)
+    a, b = {"run": "u", "model": "g", "deployment": "a"}, {"run": "u", "model": "g", "deployment": "b"}
+    [chain] = build_chains(con, [_finding("SL013", a, {"top_class": "timeout"}), _finding("SL002", b)])
+    assert [(link["rule"], link["scope"]["deployment"], link["requests"]) for link in chain["links"]] == [
+        ("SL013", "a", 6), ("SL002", "b", 4)]
+    assert chain["through"] == 4
+    assert chain["summary"].startswith("6 failed requests on g (a) (mostly timeout) → 4 answers cut by length on g (b)")
+    # Deployment b failed nothing, so no chain starts there.
+    assert build_chains(con, [_finding("SL013", b), _finding("SL002", a)]) == []
