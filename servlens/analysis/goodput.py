@@ -452,7 +452,7 @@ def goodput_summary(g: dict) -> str:
             elif r.get("state") == "held":
                 said.setdefault(f"{{}} held up to {r['held_up_to']} in flight", []).append(names[t])
         parts = [(form.format(_joined(ts)) if "held" in form else _joined(ts) + " "
-                  + ("break" if len(ts) == 2 else "breaks") + form.format("")) for form, ts in said.items()]
+                  + ("break" if len(ts) == 2 or ts == ["both targets"] else "breaks") + form.format("")) for form, ts in said.items()]
         if parts:
             breaks.append(f"{where}: " + ", ".join(parts))
     if breaks:
