@@ -436,6 +436,10 @@ def goodput_summary(g: dict) -> str:
                 text += f" Attainment fell to {100 * fell[0]['share']:.0f}% in the window from {fell[0]['start']}."
     breaks = []
     names = {"ttft": "TTFT", "tpot": "TPOT", "both": "both targets"}
+    given = {k for t in ([(g.get("targets") or {}).get("default") or {}]
+                         + list(((g.get("targets") or {}).get("per_model") or {}).values())) for k in t}
+    # With one kind of target, "both" is that target again: not said twice.
+    shown = ("ttft", "tpot", "both") if len(given) > 1 else ("ttft", "tpot")
     listed = g.get("breaking_concurrency") or []
     several_runs = len({b["run"] for b in listed}) > 1
     # A model served by several deployments is named with its deployment, so the lines do not read the same.
@@ -445,7 +449,7 @@ def goodput_summary(g: dict) -> str:
         where = " / ".join(str(v) for v in ((b["run"] if several_runs else None), b["model"], deployment) if v) \
             or b["run"]
         said: dict[str, list[str]] = {}
-        for t in ("ttft", "tpot", "both"):
+        for t in shown:
             r = b.get(t) or {}
             if r.get("state") == "broken":
                 said.setdefault(f"{{}} at {r['in_flight']} in flight ({r['confidence']} confidence)", []).append(names[t])
@@ -460,3 +464,55 @@ def goodput_summary(g: dict) -> str:
     elif (g.get("capacity") or {}).get("note"):
         text += " " + g["capacity"]["note"][0].upper() + g["capacity"]["note"][1:] + "."
     return text
+
+
+# ---------------------------------------------------------------- compare: the goodput change between two runs
+
+GATE_TOLERANCE = 0.02   # the attainment may drop by 2 points before the change counts as a regression
+
+
+def goodput_gate(con: duckdb.DuckDBPyConnection, before: str, after: str, targets: dict,
+                 tolerance: float = GATE_TOLERANCE) -> dict:
+    """The change in SLO attainment from `before` to `after`, judged like compare's rate gates.
+
+    The interval is Newcombe's hybrid score interval for a difference of two shares (from each side's Wilson
+    interval). It treats requests as independent, which a burst is not (DESIGN.md asks for intervals robust to
+    serial correlation), so the gate is `advisory`: shown with its verdict, never failing the comparison.
+    Verdict: fail when the interval excludes no change and the drop is beyond the tolerance; pass when the whole
+    interval is above minus the tolerance; inconclusive otherwise or when a side has nothing judged.
+    """
+    sides = {}
+    for name, run in (("before", before), ("after", after)):
+        _prepare(con, [run], targets)
+        try:
+            a = _attainment(con)
+        finally:
+            con.execute("DROP TABLE IF EXISTS gp_requests")
+        sides[name] = {"run": run, "judged": a["judged"], "met": a["met"], "share": a["share"],
+                       "goodput_rps": a["goodput_rps"], "request_rate_rps": a["request_rate_rps"]}
+    gate: dict[str, Any] = {"gate": "goodput attainment", "kind": "rate", "advisory": True, "targets": targets,
+                            "tolerance": tolerance, **sides, "change": None, "change_low": None, "change_high": None}
+    b, a = sides["before"], sides["after"]
+    if not b["judged"] or not a["judged"]:
+        side = "before" if not b["judged"] else "after"
+        return gate | {"verdict": "inconclusive",
+                       "reason": f"no request of the {side} run could be judged against {targets_text(targets)}"}
+    p1, p2 = b["met"] / b["judged"], a["met"] / a["judged"]
+    l1, u1 = wilson(b["met"], b["judged"])
+    l2, u2 = wilson(a["met"], a["judged"])
+    d = p2 - p1
+    low = d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2)
+    high = d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)
+    if high < 0 and d < -tolerance:
+        verdict = "fail"
+    elif low >= -tolerance:
+        verdict = "pass"
+    else:
+        verdict = "inconclusive"
+    words = {"fail": "dropped beyond", "pass": "held within", "inconclusive": "cannot be told from"}[verdict]
+    reason = (f"attainment of {targets_text(targets)} went from {100 * p1:.1f}% to {100 * p2:.1f}% "
+              f"({100 * d:+.1f} points, 95% interval {100 * low:+.1f} … {100 * high:+.1f})".replace("-", "−")
+              + f": {words} the tolerance of {100 * tolerance:g} points; goodput {b['goodput_rps']:g} → "
+              f"{a['goodput_rps']:g} req/s")
+    return gate | {"change": rounded(d), "change_low": rounded(low), "change_high": rounded(high),
+                   "verdict": verdict, "reason": reason}

@@ -103,6 +103,9 @@ def render_compare_text(doc: dict) -> str:
         out += ["", "Improvements:"] + [f"  - {i['summary']}" for i in doc["improvements"]]
     if gates:
         out += ["", "Gates as rollback criteria:"] + [f"  - {g['rollback_criterion']}" for g in gates]
+    if doc.get("goodput_gate"):
+        g = doc["goodput_gate"]
+        out += ["", f"Goodput gate (advisory, does not decide the verdict): {g['verdict']}: {g['reason']}."]
     for note in doc.get("notes", []):
         out.append(f"Note: {note}.")
     out += ["", f"Verdict: {verdict}. {doc['reason']}"]

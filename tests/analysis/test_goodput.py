@@ -200,3 +200,29 @@ def test_arrival_traces_are_not_evaluable_and_say_why(trace, tmp_path):
     assert g["attainment"] == {"state": "not_evaluable", "reason": "no TTFT or TPOT in these sources (arrivals only)"}
     assert g["capacity"]["note"].startswith("no end times or durations in these sources")
     assert g["breaking_concurrency"] == []
+
+
+# ---------------------------------------------------------------- compare: the advisory goodput gate
+
+
+def test_compare_gates_the_goodput_change_when_targets_are_given(cli_runner):
+    from servlens.cli import cli
+
+    steady, burst = str(REPO / "sample_logs" / "steady-a"), str(REPO / "sample_logs" / "burst")
+    done = cli_runner.invoke(cli, ["compare", steady, burst, "--slo", "ttft=2s,tpot=100ms", "--format", "json"],
+                             catch_exceptions=False)
+    doc = json.loads(done.stdout)
+    g = doc["goodput_gate"]
+    # steady-a: every judged request met both targets; the llama.cpp burst: 34 of 52 (65.4%).
+    assert (g["before"]["met"], g["before"]["judged"], g["after"]["met"], g["after"]["judged"]) == (
+        g["before"]["judged"], g["before"]["judged"], 34, 52)
+    assert g["verdict"] == "fail" and g["advisory"] is True
+    assert g["change"] == round(34 / 52 - 1, 4) and g["change_high"] < -g["tolerance"]
+    assert g["reason"].startswith("attainment of TTFT ≤ 2 s, TPOT ≤ 100 ms went from 100.0% to 65.4% (−34.6 points")
+    assert "dropped beyond the tolerance of 2 points" in g["reason"]
+    # Advisory: the comparison's own verdict and exit code are what the gates decide, as without --slo.
+    plain = cli_runner.invoke(cli, ["compare", steady, burst, "--format", "json"], catch_exceptions=False)
+    assert done.exit_code == plain.exit_code and doc["verdict"] == json.loads(plain.stdout)["verdict"]
+    assert "goodput_gate" not in json.loads(plain.stdout)
+    text = cli_runner.invoke(cli, ["compare", steady, burst, "--slo", "ttft=2s,tpot=100ms"]).stdout
+    assert "Goodput gate (advisory, does not decide the verdict): fail: attainment of" in text
