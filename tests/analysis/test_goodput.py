@@ -226,3 +226,28 @@ def test_compare_gates_the_goodput_change_when_targets_are_given(cli_runner):
     assert "goodput_gate" not in json.loads(plain.stdout)
     text = cli_runner.invoke(cli, ["compare", steady, burst, "--slo", "ttft=2s,tpot=100ms"]).stdout
     assert "Goodput gate (advisory, does not decide the verdict): fail: attainment of" in text
+
+
+def test_llamacpp_concurrency_ramp_is_a_production_concurrency_sweep(tmp_path):
+    """Recorded for this issue: Poisson arrivals doubling from 2 to 32 requests/s on --parallel 2 (README.md)."""
+    ramp = REPO / "tests" / "data" / "recorded" / "llamacpp-concurrency-ramp"
+    facts = json.loads((ramp / "facts.json").read_text())
+    doc = _analyze([str(ramp)], tmp_path, slo=("ttft=1s,tpot=50ms",))
+    g = doc["goodput"]
+    a = g["attainment"]
+    # facts.json (not servlens): 250 streamed answers carry a TTFT, 6 do not.
+    assert a["judged"] == facts["client"]["ttft_client_s_streamed_200"]["n"] == 250
+    assert a["unjudged"]["no_ttft"] == facts["client"]["streamed_200_without_ttft"] == 6
+    assert a["missed_by_cause"]["queue"] == a["judged"] - a["met"] > 0      # every miss waited for a slot
+    [scope] = g["capacity"]["scopes"]
+    gauges = facts["engine_metrics"]["."]["gauge_max"]
+    top = scope["levels"][-1]["in_flight"]
+    # The logs' own in-flight count agrees with the engine: running (2 slots) + deferred, plus the arriving request.
+    running, deferred = gauges["llamacpp:requests_processing"]["max"], gauges["llamacpp:requests_deferred"]["max"]
+    assert deferred <= top <= running + deferred + 1
+    p99 = [lv["ttft_p99_s"] for lv in scope["levels"]]
+    assert p99[-1] > 10 * p99[0]
+    [b] = g["breaking_concurrency"]
+    assert b["ttft"]["state"] == "broken" and b["ttft"]["confidence"] == "high"
+    assert b["ttft"]["in_flight"] > running and b["ttft"]["held_up_to"] == b["ttft"]["in_flight"] - 1
+    assert b["tpot"]["state"] == "held" and b["tpot"]["held_up_to"] == top
