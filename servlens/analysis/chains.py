@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 import duckdb
@@ -230,7 +231,7 @@ def _chains(con, nodes: list[dict], edges: dict, sizes: dict, spans: dict) -> li
 def _through(con, path: list[int], edges: dict) -> int:
     """The requests that went through every link: followed along the path in the store."""
     con.execute(f"CREATE OR REPLACE TEMP TABLE chain_through AS SELECT * FROM chain_members WHERE node = {path[0]}")
-    for a, b in zip(path, path[1:]):
+    for a, b in pairwise(path):
         if edges[(a, b)]["link"].relation == "same_scope":
             con.execute(f"""CREATE OR REPLACE TEMP TABLE chain_through AS SELECT m.* FROM chain_members m
                             WHERE m.node = {b} AND (m.source_id, m.source_line) IN

@@ -328,7 +328,7 @@ def _capacity(con: duckdb.DuckDBPyConnection, targets: dict | None, counts: dict
         return {"note": "no end times or durations in these sources: requests in flight are unknown, so capacity is "
                         "not evaluable", "scopes": []}
     _level_bins(con, bool(targets))
-    rows = _rows(con, f"""
+    rows = _rows(con, """
         SELECT g.run, g.model, g.deployment, level_from, level_to, count(*) AS requests,
                quantile_cont(ttft_s, 0.99) AS ttft_p99, quantile_cont(tpot_s, 0.99) AS tpot_p99,
                count(ttft_s) AS with_ttft, count(tpot_s) AS with_tpot,

@@ -109,7 +109,7 @@ def test_html_leads_with_the_chain_and_charts_the_capacity(story_doc):
     page = render_html(story_doc)
     assert page.index('<section id="story">') < page.index('<section id="findings"')
     story = page[page.index('<section id="story">'):page.index('<section id="coverage"')]
-    first = re.search(r'<li class="chain"><p>(.*?)</p>', story, re.S).group(1)
+    first = re.search(r'<li class="chain"><p>(.*?)</p>', story, re.DOTALL).group(1)
     tells_the_chain(first.replace("&#39;", "'").replace("&amp;", "&"))
     assert "Goodput and capacity" in story
     goodput = story[story.index('id="goodput"'):]
