@@ -147,6 +147,8 @@ def build_chains(con: duckdb.DuckDBPyConnection, findings: list[dict]) -> list[d
                 shared = _shared(con, link.relation, i, j)
                 if shared:
                     edges[(i, j)] = {"link": link, "requests": shared}
+                    if link.relation == "fallback":
+                        edges[(i, j)]["fallbacks"] = _fallbacks(con, i, b["scope"])
     try:
         return _chains(con, nodes, edges, sizes, spans)
     finally:
@@ -185,6 +187,16 @@ def _shared(con: duckdb.DuckDBPyConnection, relation: str, i: int, j: int) -> in
                   ON a.node = {i} AND b.node = {j} AND a.trace_key = b.trace_key
                   AND (a.t_end <= b.t_end OR ((a.t_end IS NULL OR b.t_end IS NULL) AND a.attempt < b.attempt))"""
     return int(con.execute(sql).fetchone()[0])
+
+
+def _fallbacks(con: duckdb.DuckDBPyConnection, i: int, scope: dict) -> int:
+    """Every attempt in `scope` that is a later attempt of a trace of the cause's requests: the fallbacks the
+    link went through, whatever became of them."""
+    return int(con.execute(f"""
+        SELECT count(DISTINCT (r.source_id, r.source_line)) FROM requests r JOIN chain_members a
+        ON a.node = {i} AND coalesce(r.trace_id, r.request_id) = a.trace_key
+        AND (a.t_end <= r.t_end OR ((a.t_end IS NULL OR r.t_end IS NULL) AND a.attempt < r.attempt))
+        WHERE {_scope_where(scope)}""").fetchone()[0])
 
 
 def _paths(edges: dict, count: int) -> list[list[int]]:
@@ -264,6 +276,8 @@ def _chain(con, nodes: list[dict], path: list[int], edges: dict, sizes: dict, sp
             edge = edges[(path[k - 1], n)]
             link |= {"relation": edge["link"].relation, "because": edge["link"].words,
                      "shared_with_cause": edge["requests"]}
+            if "fallbacks" in edge:
+                link["fallbacks"] = edge["fallbacks"]
         also = [o["rule"] for o in nodes if o is not f and o["state"] == "fired"
                 and _finding_key(o)[1:] == _finding_key(f)[1:]
                 and any(f["rule"] == g[0] and o["rule"] in g[1:] for g in SAME_STEP)]
@@ -326,9 +340,13 @@ def chain_summary(chain: dict, nodes_by_path: dict[int, dict] | None = None) -> 
     models = [model for model, _ in scopes]
     parts = []
     for k, (link, m) in enumerate(zip(chain["links"], metrics)):
-        phrase = _phrase(link, m, models.count(link["scope"].get("model")) > 1)
+        shared_model = models.count(link["scope"].get("model")) > 1
+        phrase = _phrase(link, m, shared_model)
         if link.get("also"):
             phrase += f" (also {', '.join(link['also'])})"
+        if link.get("fallbacks") is not None and link["rule"] != "SL005":
+            # No fallback finding between them: the fallbacks are a step of their own, counted from the traces.
+            parts.append(f"{link['fallbacks']} fell back to {_where(link['scope'] | {'_shared_model': shared_model})}")
         parts.append(phrase if not k else f"{phrase}, because {link['because']} ({link['shared_with_cause']} shared)")
     text = " → ".join(parts) + "."
     if chain.get("window"):

@@ -7,6 +7,7 @@ on `chat` timed out, 36 fell back to `chat-small` (a 16-token deployment) and 34
 from __future__ import annotations
 
 import copy
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -87,7 +88,14 @@ def test_the_real_gateway_run_today_chains_the_timeouts_to_the_length_cuts(gatew
     failures = next(link for link in chain["links"] if link["rule"] in ("SL011", "SL013"))
     assert failures["scope"] == CHAT and failures["requests"] == 37
     assert chain["through"] == 34
-    assert "37 " in chain["summary"] and "34 answers cut by length on chat-small at a 16-token cap" in chain["summary"]
+    # facts.json's three numbers in causal order: 37 timeouts, 36 fallbacks, 34 cut by length.
+    fallback = next(link for link in chain["links"] if link.get("relation") == "fallback")
+    assert fallback["fallbacks"] == 36
+    assert re.search(r"37 (failed requests|timeouts) on chat.* → 36 (fell back to|fallbacks answered by) chat-small"
+                     r".* → 34 answers cut by length on chat-small at a 16-token cap", chain["summary"])
+    if _fired(doc, "SL011", CHAT) is None and _fired(doc, "SL004", CHAT) is None:
+        assert chain["summary"].startswith("37 failed requests on chat (mostly timeout) → 36 fell back to chat-small "
+                                           "→ 34 answers cut by length on chat-small at a 16-token cap, because")
     assert "34 requests went through every link" in chain["summary"]
 
 
@@ -235,6 +243,8 @@ def test_a_fallback_between_two_deployments_of_one_model_group(tmp_path):
     assert [(link["rule"], link["scope"]["deployment"], link["requests"]) for link in chain["links"]] == [
         ("SL013", "a", 6), ("SL002", "b", 4)]
     assert chain["through"] == 4
-    assert chain["summary"].startswith("6 failed requests on g (a) (mostly timeout) → 4 answers cut by length on g (b)")
+    assert chain["links"][1]["fallbacks"] == 6
+    assert chain["summary"].startswith("6 failed requests on g (a) (mostly timeout) → 6 fell back to g (b) → 4 answers "
+                                       "cut by length on g (b)")
     # Deployment b failed nothing, so no chain starts there.
     assert build_chains(con, [_finding("SL013", b), _finding("SL002", a)]) == []
