@@ -372,8 +372,10 @@ def sort_findings(findings: list[dict]) -> list[dict]:
 
 
 def analyze(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str] | None = None,
-            overrides: dict[str, dict[str, Any]] | None = None) -> dict:
-    """Run `rules` on every scope of `runs` (default: every run in the store); the analyze result document."""
+            overrides: dict[str, dict[str, Any]] | None = None, slo: dict | None = None) -> dict:
+    """Run `rules` on every scope of `runs` (default: every run in the store); the analyze result document.
+
+    `slo` is goodput.parse_slo's targets (None: attainment curves instead of attainment)."""
     all_runs = list_runs(con)
     if runs:
         unknown = [r for r in runs if r not in all_runs]
@@ -404,6 +406,12 @@ def analyze(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str] |
     workload = workload_profile(con, runs)
     if workload is not None:
         doc["workload"] = workload
+    # The story the report leads with (issue 20): chains across the findings, and goodput against the SLO.
+    from servlens.analysis.chains import build_chains
+    from servlens.analysis.goodput import goodput_section
+
+    doc["chains"] = _clean(build_chains(con, doc["findings"]))
+    doc["goodput"] = _clean(goodput_section(con, runs, slo))
     return doc
 
 

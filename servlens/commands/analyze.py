@@ -47,6 +47,8 @@ def _split(values: tuple[str, ...]) -> list[str]:
               help="Override a rule parameter, e.g. --set SL004.min_queue_share=0.6; repeatable.")
 @click.option("--fail-on", "fail_on", type=click.Choice(FAIL_ON), default=None,
               help="Exit 1 when a finding of this severity or higher fired [default: never].")
+@click.option("--slo", "slo", multiple=True, metavar="ttft=2s,tpot=100ms",
+              help="SLO targets for goodput and the breaking concurrency (MODEL:ttft=... for one model; repeatable).")
 @click.option("--verbose", "-v", is_flag=True,
               help="Text output: each finding's evidence, examples, what to do and rollback, every check with "
                    "its reason, and the full workload profile (JSON, Markdown and HTML always have them).")
@@ -55,7 +57,7 @@ def _split(values: tuple[str, ...]) -> list[str]:
 @prometheus_options()
 @output_options
 @click.pass_context
-def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select, ignore, settings, fail_on,
+def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select, ignore, settings, fail_on, slo,
             verbose, templates_dir, prometheus_url, prometheus_selector, prometheus_start, prometheus_end,
             output_format, out):
     """Find incidents in request logs and engine metrics: run the rules and report each finding with its evidence.
@@ -75,7 +77,9 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
         servlens analyze logs/ --format md --out summary.md
         servlens analyze incident-1128/ --verbose
         servlens analyze incident-1128/ --prometheus http://prom:9090 --prometheus-selector '{job="llm"}'
+        servlens analyze incident-1128/ --slo ttft=2s,tpot=100ms
     """
+    from servlens.analysis.goodput import parse_slo
     from servlens.analysis.rules import load_rules, parse_overrides, select_rules
     from servlens.analysis.runner import analyze as run_analysis
     from servlens.analysis.runner import fails
@@ -93,10 +97,11 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
         raise ConfigError("--select and --ignore leave no rule to run", "Known rules: " + ", ".join(r.id for r in rules))
     overrides = parse_overrides(list(settings), rules)
     pull = prometheus_pull(prometheus_url, prometheus_selector, prometheus_start, prometheus_end, selected)
+    targets = parse_slo(slo)
 
     con, analysed_runs, skipped = _open(ctx, paths, metrics_paths, db, runs, from_format, pull)
     try:
-        doc = run_analysis(con, selected, analysed_runs, overrides)
+        doc = run_analysis(con, selected, analysed_runs, overrides, targets)
     finally:
         con.close()
     if skipped:

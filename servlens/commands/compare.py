@@ -39,10 +39,12 @@ from servlens.errors import ConfigError, InputError
               help="With --format html: a folder of templates that replace the built-in ones of the same name.")
 @output_options
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the points sampled for the covariate chart (results repeat exactly).")
+@click.option("--slo", "slo", multiple=True, metavar="ttft=2s,tpot=100ms",
+              help="SLO targets: adds the change in goodput attainment as an advisory gate (MODEL:ttft=... for one model).")
 @prometheus_options(window=False)
 @click.pass_context
 def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from_format, templates_dir,
-            output_format, out, seed, prometheus_url, prometheus_selector):
+            output_format, out, seed, slo, prometheus_url, prometheus_selector):
     """Compare an AFTER run with a BEFORE run on matched cohorts and gate the release.
 
     BEFORE and AFTER are files or folders of request logs (ingested into a temporary store), or run labels in
@@ -64,6 +66,9 @@ def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from
     if fmt == "html" and templates_dir is not None and not Path(templates_dir).is_dir():
         # Before any ingest or statistics: a mistyped folder should not cost the whole comparison.
         raise ConfigError(f"Template folder '{templates_dir}' does not exist", "Pass --templates a folder of .html files")
+    from servlens.analysis.goodput import goodput_gate, parse_slo
+
+    targets = parse_slo(slo)
     policy = load_policy(policy_path)
     if by is not None:
         policy = policy.with_by(parse_by(by))
@@ -75,6 +80,8 @@ def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from
                                                     Path(scratch.name), pull)
         try:
             doc = compare_runs(con, before_label, after_label, policy, seed=seed)
+            if targets:
+                doc["goodput_gate"] = goodput_gate(con, before_label, after_label, targets)
         finally:
             con.close()
     finally:

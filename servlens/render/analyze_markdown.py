@@ -5,6 +5,7 @@ evaluable and what was clear. Log values are escaped so a request id cannot brea
 from __future__ import annotations
 
 from servlens.analysis.workload import peak_rates
+from servlens.render import story
 from servlens.render.analyze_text import headline, scope_text, value_text
 
 _ICON = {"critical": "🔴", "warning": "🟠", "info": "🔵"}
@@ -29,10 +30,14 @@ def render_analyze_markdown(doc: dict) -> str:
            f"Runs: {', '.join(md_escape(r) for r in runs)} · {cover.get('requests', 0)} requests · "
            f"{md_escape(span.get('start') or '?')} to {md_escape(span.get('end') or '?')}"
            + (" (relative clock)" if span.get("relative_clock") else ""), ""]
+    out += _story(doc)
+    keys = story.chain_keys(doc)
     if fired:
         out += ["| Severity | Rule | Scope | Finding |", "|---|---|---|---|"]
         for f in fired:
-            out.append(f"| {_ICON[f['severity']]} {f['severity']} | {f['rule']} {md_escape(f['name'])} | "
+            chain = story.chain_of(f, keys)
+            out.append(f"| {_ICON[f['severity']]} {f['severity']} | {f['rule']} {md_escape(f['name'])}"
+                       + (f" (chain {chain})" if chain else "") + " | "
                        f"{md_escape(scope_text(f['scope']))} | {md_escape(f['summary'])} |")
         out.append("")
         for f in fired:
@@ -79,6 +84,31 @@ def render_analyze_markdown(doc: dict) -> str:
 
 
 MAX_PEAK_ROWS = 20
+
+
+def _story(doc: dict) -> list[str]:
+    """The chains (a paragraph and a table of links each), then goodput and the capacity per scope."""
+    out = []
+    chains = story.chains(doc)
+    if chains:
+        out += ["### Cause chains", ""]
+        for number, chain in enumerate(chains, start=1):
+            out += [f"{number}. {md_escape(chain['summary'])}", ""]
+            out += ["   | " + " | ".join(story.LINK_COLUMNS) + " |", "   |" + "---|" * len(story.LINK_COLUMNS)]
+            out += ["   | " + " | ".join(md_escape(v) for v in row) + " |" for row in story.link_rows(chain)]
+            out.append("")
+    g = story.goodput(doc)
+    if g:
+        out += ["### Goodput and capacity", "", md_escape(g["summary"]), ""]
+        for scope in (g.get("capacity") or {}).get("scopes") or []:
+            rows = story.capacity_rows(scope)
+            if not rows:
+                continue
+            out += [f"Requests in flight at arrival, {md_escape(story.scope_name(scope))}:", "",
+                    "| " + " | ".join(story.CAPACITY_COLUMNS) + " |", "|" + "---|" * len(story.CAPACITY_COLUMNS)]
+            out += ["| " + " | ".join(md_escape(v) for v in row) + " |" for row in rows[:MAX_PEAK_ROWS]]
+            out.append("")
+    return out
 
 
 def _peak_table(profiles: dict) -> list[str]:

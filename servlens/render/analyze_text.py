@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 from servlens.analysis.workload import duration, peak_rates
+from servlens.render import story
 
 WIDTH = 110
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -170,6 +171,7 @@ def render_analyze_text(doc: dict, color: bool = False, verbose: bool = False) -
         f"servlens analyze: {len(runs)} run(s) ({', '.join(runs)}), {cover.get('requests', 0)} requests, "
         f"{len(cover.get('sources') or [])} source(s), {span.get('start') or '?'} to {span.get('end') or '?'}"
         + (" (relative clock)" if span.get("relative_clock") else ""), "", "  ") + [""]
+    lines += _story_lines(doc, verbose)
     findings = doc["findings"]
     fired = sorted((f for f in findings if f["state"] == "fired"),
                    key=lambda f: (_SEVERITY_ORDER[f["severity"]], f["rule"]))
@@ -179,8 +181,9 @@ def render_analyze_text(doc: dict, color: bool = False, verbose: bool = False) -
         scopes += f" (…{suffix})" if suffix else ""
         lines += (["FIRED (" + str(len(fired)) + ")"] if verbose
                   else _wrap(f"FIRED ({len(fired)}): severity, rule [{scopes}]: what happened", "", "  "))
+        keys = story.chain_keys(doc)
         for f in fired:
-            lines += _fired_lines(f, verbose, one_run=len(runs) == 1, suffix=suffix)
+            lines += _fired_lines(f, verbose, one_run=len(runs) == 1, suffix=suffix, chain=story.chain_of(f, keys))
         lines += [""] if not verbose else []
     if findings:
         lines.append(f"CHECKS BY RULE ({len(findings)}: each rule on each run, model and deployment)")
@@ -223,12 +226,13 @@ def deployment_suffix(findings: list[dict]) -> str:
     return suffix if len(suffix) >= 8 and all(len(n) > len(suffix) for n in names) else ""
 
 
-def _fired_lines(f: dict, verbose: bool, one_run: bool = False, suffix: str = "") -> list[str]:
+def _fired_lines(f: dict, verbose: bool, one_run: bool = False, suffix: str = "", chain: int | None = None) -> list[str]:
+    in_chain = f" (chain {chain})" if chain else ""
     if not verbose:
         scope = short_scope(f["scope"], one_run, suffix)
-        lead = f"{f['severity'].upper():<8} {f['rule']} {f['name']} [{scope}]"
+        lead = f"{f['severity'].upper():<8} {f['rule']} {f['name']} [{scope}]{in_chain}"
         return _wrap(f"{lead}: {finding_headline(f)}", "  ", " " * 11)
-    lead = f"{f['severity'].upper():<8} {f['rule']} {f['name']} [{scope_text(f['scope'])}]"
+    lead = f"{f['severity'].upper():<8} {f['rule']} {f['name']} [{scope_text(f['scope'])}]{in_chain}"
     lines = ["  " + lead]
     lines += _wrap(f["summary"], "    ")
     ev = f.get("evidence") or {}
@@ -264,6 +268,35 @@ def _verbose_checks(findings: list[dict]) -> list[str]:
         lines.append(f"CLEAR ({len(clear)})")
         for f in clear:
             lines += _wrap(f"{f['rule']} {f['name']} [{scope_text(f['scope'])}]: {f['summary']}", "  ")
+        lines.append("")
+    return lines
+
+
+def _story_lines(doc: dict, verbose: bool) -> list[str]:
+    """The chains first (one paragraph each), then goodput and where each target breaks."""
+    lines = []
+    chains = story.chains(doc)
+    if chains:
+        lines.append(f"CAUSE CHAINS ({len(chains)}): what caused what; the findings below marked (chain N) are its "
+                     "links, the others stand alone")
+        for number, chain in enumerate(chains, start=1):
+            lines += _wrap(f"{number}. {chain['summary']}", "  ", "     ")
+            if verbose:
+                for row in story.link_rows(chain):
+                    lines += _wrap(f"step {row[0]}: {row[1]} [{row[2]}] {row[3]} requests"
+                                   + (f", {row[4]} shared with the cause: {row[5]}" if row[4] is not None else ""),
+                                   "     ", "       ")
+        lines.append("")
+    g = story.goodput(doc)
+    if g and (g.get("targets") or verbose):
+        lines.append("GOODPUT AND CAPACITY")
+        lines += _wrap(g["summary"], "  ")
+        if verbose:
+            for scope in (g.get("capacity") or {}).get("scopes") or []:
+                lines.append(f"  in flight at arrival, {story.scope_name(scope)}: "
+                             + " | ".join(story.CAPACITY_COLUMNS))
+                for row in story.capacity_rows(scope):
+                    lines.append("    " + " | ".join(_cell(v) for v in row))
         lines.append("")
     return lines
 

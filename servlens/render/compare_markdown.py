@@ -55,6 +55,10 @@ def render_compare_markdown(doc: dict) -> str:
         lines += ["", "<details><summary>Gates as rollback criteria</summary>", ""]
         lines += [f"- {_cell(g['rollback_criterion'])}" for g in gates]
         lines += ["", "</details>"]
+    if doc.get("goodput_gate"):
+        g = doc["goodput_gate"]
+        lines += ["", f"**Goodput gate** (advisory, does not decide the verdict): {BADGE[g['verdict']]}: "
+                      f"{_cell(g['reason'])}."]
     for note in doc.get("notes", []):
         lines += ["", f"_Note: {_cell(note)}._"]
     for merged in doc.get("merged_bands", []):

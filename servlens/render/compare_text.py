@@ -141,6 +141,9 @@ def render_compare_text(doc: dict) -> str:
         out += ["", "Improvements:"] + [f"  - {i['summary']}" for i in doc["improvements"]]
     if gates:
         out += ["", "Gates as rollback criteria:"] + [f"  - {g['rollback_criterion']}" for g in gates]
+    if doc.get("goodput_gate"):
+        g = doc["goodput_gate"]
+        out += ["", f"Goodput gate (advisory, does not decide the verdict): {g['verdict']}: {g['reason']}."]
     for note in doc.get("notes", []):
         out.append(f"Note: {note}.")
     for merged in doc.get("merged_bands", []):

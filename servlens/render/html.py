@@ -547,7 +547,29 @@ class _ReportBuilder:
             "clear_total": len(clear),
             "other": [_finding_head(f) for f in other[: limits.gate_rows]],
             "workload": self.blocks(workload, limits, budget) if workload else None,
+            "story": self._story(limits, budget),
         }
+
+    def _story(self, limits: Limits, budget: list[int]) -> dict | None:
+        """The cause chains (paragraph and links) and goodput with the capacity charts (issue 20)."""
+        from servlens.render import story
+
+        chains = [{"summary": c["summary"], "links": self.table(story.LINK_COLUMNS, story.link_rows(c), limits)}
+                  for c in story.chains(self.doc)]
+        g = story.goodput(self.doc)
+        if not chains and not g:
+            return None
+        goodput = None
+        if g:
+            per_window = g.get("per_window") or {}
+            scopes = [{"name": story.scope_name(s), "chart": self.chart(s.get("chart"), budget, placeholder=False),
+                       "table": self.table(story.CAPACITY_COLUMNS, story.capacity_rows(s), limits)}
+                      for s in (g.get("capacity") or {}).get("scopes") or []]
+            goodput = {"summary": g["summary"], "note": (g.get("capacity") or {}).get("note"),
+                       "window_chart": self.chart(per_window.get("chart"), budget, placeholder=False),
+                       "curves_chart": self.chart((g.get("curves") or {}).get("chart"), budget, placeholder=False),
+                       "scopes": scopes}
+        return {"chains": chains, "goodput": goodput}
 
     def _coverage(self, coverage: dict, limits: Limits) -> dict:
         sources = [s for s in coverage.get("sources") or [] if isinstance(s, dict)]

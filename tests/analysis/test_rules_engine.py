@@ -149,7 +149,7 @@ def test_the_document_has_the_documented_shape_and_sorts_fired_first():
     finally:
         con.close()
     assert set(doc) == {"kind", "schema_version", "generated_at", "servlens_version", "run", "coverage", "findings",
-                        "workload"}
+                        "workload", "chains", "goodput"}
     assert doc["kind"] == "analyze" and doc["schema_version"] == 1 and doc["run"] == "r"
     assert doc["workload"]["runs"]["r"]["requests"] == 40
     assert set(doc["coverage"]) == {"sources", "runs", "requests", "time_span", "models", "columns_present", "metrics_present"}

@@ -89,6 +89,22 @@ def steady_plan(seed: int, n: int, rate: float) -> list[PlannedRequest]:
                   for off in poisson_offsets(rng, rate, n)])
 
 
+RAMP_STEPS = ((2.0, 16), (4.0, 32), (8.0, 48), (16.0, 64), (32.0, 96))   # (requests per second, requests)
+
+
+def ramp_plan(seed: int = 108) -> list[PlannedRequest]:
+    """Poisson arrivals at a rate that doubles every step (RAMP_STEPS), all streamed (every request has a TTFT),
+    max_tokens 64/128: the production counterpart of a concurrency sweep (issue 20)."""
+    rng = random.Random(seed)
+    items, start = [], 0.0
+    for rate, n in RAMP_STEPS:
+        offsets = poisson_offsets(rng, rate, n, start)
+        items += [(off, CHAT, chat_body(rng, user_words=rng.randint(10, 60), max_tokens=rng.choice([64, 128]),
+                                        stream=True)) for off in offsets]
+        start = offsets[-1]
+    return _plan(items)
+
+
 def restart_plan(seed: int = 106) -> list[PlannedRequest]:
     """Every request starts with the same ~600-token system prompt (cache_prompt true): a restart empties the cache."""
     rng = random.Random(seed)
@@ -214,6 +230,14 @@ RUNS: dict[str, RecordedRun] = {r.run: r for r in [
         (Backend("primary", P2),),
         restart_plan,
         events=(Event(8.0, "kill", "primary"), Event(11.0, "restart", "primary")),
+    ),
+    RecordedRun(
+        "llamacpp-concurrency-ramp",
+        "llama.cpp alone (--parallel 2); Poisson arrivals at 2, 4, 8, 16 and 32 requests/s (16, 32, 48, 64 and 96 "
+        "requests), all streamed, max_tokens 64/128: the load climbs past what 2 slots serve, so requests queue and "
+        "TTFT grows with the requests in flight. Nothing injected.",
+        (Backend("primary", P2),),
+        ramp_plan,
     ),
     *[RecordedRun(
         f"llamacpp-reasoning-{fmt}",
