@@ -6,8 +6,13 @@ whether a file is new to a run, already there (skip), or changed at the same pat
 
 from __future__ import annotations
 
+import atexit
 import glob
 import hashlib
+import os
+import re
+import shutil
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +38,38 @@ def one_transaction(con: duckdb.DuckDBPyConnection):
             pass
         raise
     con.execute("COMMIT")
+
+
+_GLOB_CHARS = re.compile(r"([\[\]*?])")
+_alias_dir: str | None = None
+
+
+def duckdb_path(path: Path | str) -> str:
+    """`path` as a SQL string literal that DuckDB's readers open as that one file, never as a pattern.
+
+    DuckDB expands `[ ] * ?` in every path it is given (`spend[1].csv` would read `spend1.csv`). Each such
+    character is escaped as a one-character class (`[[]`); a path that also holds a backslash cannot be escaped
+    that way (DuckDB's glob has no escape for it), so it is read through a symlink with a plain name instead."""
+    text = str(path)
+    if _GLOB_CHARS.search(text):
+        if "\\" in text:
+            text = _plain_alias(Path(text))
+        else:
+            text = _GLOB_CHARS.sub(r"[\1]", text)
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _plain_alias(path: Path) -> str:
+    """A symlink to `path` under a private temporary folder (removed at exit), named without glob characters and
+    keeping the file's suffixes (DuckDB picks compression and format from them)."""
+    global _alias_dir
+    if _alias_dir is None:
+        _alias_dir = tempfile.mkdtemp(prefix="servlens-paths-")
+        atexit.register(shutil.rmtree, _alias_dir, True)
+    suffixes = "".join(s for s in Path(path.name).suffixes if re.fullmatch(r"\.[A-Za-z0-9]{1,8}", s))
+    alias = os.path.join(_alias_dir, f"{len(os.listdir(_alias_dir))}{suffixes}")
+    os.symlink(path.resolve(), alias)
+    return alias
 
 
 def expand_inputs(inputs: list[str] | tuple[str, ...]) -> list[tuple[Path, bool]]:
