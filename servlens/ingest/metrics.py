@@ -46,7 +46,7 @@ from typing import Mapping
 
 import duckdb
 
-from servlens.errors import InputError, redact_secrets
+from servlens.errors import InputError
 from servlens.ingest.prometheus import (
     KNOWN_TYPES,
     OPENMETRICS_FORMAT,
@@ -65,6 +65,7 @@ from servlens.ingest.sources import (
     ensure_run,
     insert_source,
 )
+from servlens.redact import redact_secrets, redact_sql
 
 API_FORMAT = "prometheus-api"
 INDEX_FORMAT = "scrape-index"
@@ -477,6 +478,8 @@ def _recheck_skip(con, run, path, decision, fmt, at, index) -> SourceDecision:
 
 
 _EPOCH = datetime(1970, 1, 1)
+# Label values are redacted like request text (a URL with a password in an `endpoint` label, a key in `api_base`).
+_REDACTED_LABELS = "list_transform({values}, lambda v: " + redact_sql("v").replace("{", "{{").replace("}", "}}") + ")"
 
 
 def _insert_rows(con: duckdb.DuckDBPyConnection, run: str, source_id: int, rows: MetricRows) -> None:
@@ -484,10 +487,10 @@ def _insert_rows(con: duckdb.DuckDBPyConnection, run: str, source_id: int, rows:
     if not len(rows):
         return
     con.execute(
-        """
+        f"""
         INSERT INTO metric_samples (run, source_id, ts, name, name_raw, type, series, le, labels, value)
         SELECT $run, $source_id, make_timestamp(CAST(round(ts * 1e6) AS BIGINT)), name, name_raw, type, series, le,
-               map(label_keys, label_values), value
+               map(label_keys, {_REDACTED_LABELS.format(values="label_values")}), value
         FROM (SELECT unnest($ts::DOUBLE[]) AS ts, unnest($name::VARCHAR[]) AS name,
                      unnest($name_raw::VARCHAR[]) AS name_raw, unnest($type::VARCHAR[]) AS type,
                      unnest($series::VARCHAR[]) AS series, unnest($le::DOUBLE[]) AS le,
@@ -596,10 +599,10 @@ def _ingest_api(con: duckdb.DuckDBPyConnection, text: str, path: Path, run: str,
             """
         )
         con.execute(
-            """
+            f"""
             INSERT INTO metric_samples (run, source_id, ts, name, name_raw, type, series, le, labels, value)
             SELECT ?, ?, make_timestamp(CAST(round(p.ts * 1e6) AS BIGINT)), m.name, m.name_raw, m.type, m.series, m.le,
-                   map(m.k, m.v), p.value
+                   map(m.k, {_REDACTED_LABELS.format(values="m.v")}), p.value
             FROM _sl_api_points p JOIN _sl_api_meta m USING (sidx)
             WHERE p.ts IS NOT NULL AND p.value IS NOT NULL
             ORDER BY p.sidx, p.ts

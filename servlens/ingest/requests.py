@@ -26,6 +26,7 @@ from servlens.ingest.compiler import (
     sql_str,
 )
 from servlens.ingest.profiles import Profile
+from servlens.redact import redact_candidate_sql, redact_sql
 from servlens.store.schema import REQUEST_COLUMNS
 
 # Columns reported as "filled" (the bookkeeping ones are always there).
@@ -200,6 +201,7 @@ def ingest_request_file(
         inserted = f"source_id IN ({', '.join(str(v) for v in ids.values())})" if ids else f"source_id = {first_id}"
         for statement in compiled.after_insert_sql(inserted):
             con.execute(statement)
+        redact_rows(con, inserted)
         if runs is None:
             ids = _assign_learnt_runs(con, result, path, profile, first_id, job.sha256(), relative, naive_tz)
             if not ids:
@@ -221,6 +223,7 @@ def ingest_request_file(
         con.execute(f"DELETE FROM requests WHERE source_id IN ({id_list}) AND status = '{BAD_ROW_STATUS}'")
         if profile.reader != "parquet":
             _move_csv_rejects(con, list(ids.values()), path, keep_text, lines=profile.reader != "csv")
+        redact_errors(con, f"source_id IN ({id_list})")
         file_lines = job.lines()
         if file_lines is not None and (profile.reader == "jsonl" or (profile.reader == "json" and not json_multiline)):
             _check_every_line_read(con, list(ids.values()), path, opts.compression, line_longest(profile, opts),
@@ -252,6 +255,32 @@ def ingest_request_file(
     result.source_ids = list(ids.values())
     _fill_counts(con, result)
     return result
+
+
+# Text columns a secret can reach (an api_base in attrs, a key in an error, a token pasted as a user id). Not the
+# run label (sources and runs key on it; it comes from --run or the file name) nor the values servlens computes.
+_REDACTED_COLUMNS = [c for c, t in REQUEST_COLUMNS.items()
+                     if t in ("VARCHAR", "JSON") and c not in ("run", "status", "finish_reason", "prefix_key")]
+
+
+def redact_rows(con: duckdb.DuckDBPyConnection, where: str) -> None:
+    """Redact secrets in every text column and attrs of the rows `where` selects (one UPDATE; rows without a
+    candidate are not rewritten). Redacted attrs that would no longer be JSON are kept as a JSON string."""
+    sets, candidates = [], []
+    for column in _REDACTED_COLUMNS:
+        text = f"CAST({column} AS VARCHAR)" if REQUEST_COLUMNS[column] == "JSON" else column
+        redacted = redact_sql(text)
+        if REQUEST_COLUMNS[column] == "JSON":
+            redacted = f"CASE WHEN json_valid({redacted}) THEN CAST({redacted} AS JSON) ELSE to_json({redacted}) END"
+        sets.append(f"{column} = CASE WHEN {redact_candidate_sql(text)} THEN {redacted} ELSE {column} END")
+        candidates.append(redact_candidate_sql(text))
+    con.execute(f"UPDATE requests SET {', '.join(sets)} WHERE ({where}) AND ({' OR '.join(candidates)})")
+
+
+def redact_errors(con: duckdb.DuckDBPyConnection, where: str) -> None:
+    """The same for the ingest_errors rows of a source (their reason quotes the line; keys can be secrets)."""
+    sets = ", ".join(f"{c} = {redact_sql(c)}" for c in ("reason", "keys_seen", "excerpt"))
+    con.execute(f"UPDATE ingest_errors SET {sets} WHERE {where}")
 
 
 class _DigestJob:
@@ -397,8 +426,6 @@ def _move_csv_rejects(con: duckdb.DuckDBPyConnection, source_ids: list[int], pat
                       lines: bool = False) -> None:
     """Rows the CSV reader rejected are kept in ingest_errors with their line number: CSV rows it could not split,
     or (`lines`: a JSON-lines file read as lines) a line too long or not UTF-8."""
-    from servlens.errors import redact_sql
-
     exists = con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE table_name = '_sl_csv_rejects'"
     ).fetchone()[0]
