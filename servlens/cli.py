@@ -13,7 +13,8 @@ import sys
 import click
 
 from servlens import __version__
-from servlens.errors import ServlensError
+from servlens.errors import ServlensError, redact_secrets
+from servlens.escape import one_line
 
 # command name -> "module:attribute". Order is the order `servlens -h` lists them.
 COMMANDS: dict[str, str] = {
@@ -84,6 +85,7 @@ def main() -> None:
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
+        exc.message = one_line(redact_secrets(exc.message))  # it can quote a file name or an option's value
         exc.show()
         sys.exit(2 if exc.exit_code == 1 else exc.exit_code)
     except click.exceptions.Exit as exc:

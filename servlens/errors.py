@@ -7,6 +7,7 @@ keeps its traceback.
 from __future__ import annotations
 
 # Redaction has one home (servlens.redact); these names stay importable from here for the ingest modules.
+from servlens.escape import one_line
 from servlens.redact import redact_secrets, redact_sql  # noqa: F401
 
 # Exit codes shared by every command (DESIGN.md "Contracts"): 0 clean/pass, 1 finding at or above --fail-on or a
@@ -33,7 +34,7 @@ class ServlensError(Exception):
         text = self.message.rstrip(".") + "."
         if self.hint:
             text += " " + self.hint.rstrip(".") + "."
-        return redact_secrets(text)
+        return one_line(redact_secrets(text))  # one sentence: a file name's line breaks or ESC bytes cannot split it
 
 
 class InputError(ServlensError):

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from servlens.errors import ConfigError
+from servlens.escape import terminal_safe
 
 OUTPUT_FORMATS = ("text", "json", "md", "html")
 
@@ -90,7 +91,9 @@ def default_out(fmt: str, out: str | None, kind: str) -> str | None:
 
 
 def write_output(text: str, out: str | None) -> None:
-    """Write to --out (creating its folder) or to stdout."""
+    """Write to --out (creating its folder) or to stdout; no control character from a log value gets through
+    (servlens.escape.terminal_safe keeps only colours)."""
+    text = terminal_safe(text)
     if out:
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)

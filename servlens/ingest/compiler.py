@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 
 from servlens.errors import redact_sql
+from servlens.escape import one_line_sql
 from servlens.ingest.profiles import MAPPABLE_COLUMNS, Profile
 from servlens.ingest.sources import duckdb_path
 from servlens.store.schema import REQUEST_COLUMNS
@@ -514,7 +515,7 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
     if opts.run is not None:
         run_expr = sql_str(opts.run)
     else:
-        run_expr = f"coalesce(_run_profile, {sql_str(opts.default_run)})"
+        run_expr = f"coalesce({one_line_sql('_run_profile')}, {sql_str(opts.default_run)})"  # a label from a log
     macros = dict(BUILTIN_MACROS)
     if not opts.keep_text:
         # Without --keep-text only the first 2,048 characters of a prompt are used (prefix_key): cut each message

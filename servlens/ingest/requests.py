@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 
 from servlens.errors import ConfigError, InputError
+from servlens.escape import CONTROL_SQL, one_line, one_line_sql
 from servlens.ingest import sources as src
 from servlens.ingest.compiler import (
     BAD_ROW_STATUS,
@@ -261,19 +262,27 @@ def ingest_request_file(
 # run label (sources and runs key on it; it comes from --run or the file name) nor the values servlens computes.
 _REDACTED_COLUMNS = [c for c, t in REQUEST_COLUMNS.items()
                      if t in ("VARCHAR", "JSON") and c not in ("run", "status", "finish_reason", "prefix_key")]
+_MULTILINE_COLUMNS = ("prompt_text", "content_text", "reasoning_text", "error_message")
 
 
 def redact_rows(con: duckdb.DuckDBPyConnection, where: str) -> None:
-    """Redact secrets in every text column and attrs of the rows `where` selects (one UPDATE; rows without a
-    candidate are not rewritten). Redacted attrs that would no longer be JSON are kept as a JSON string."""
+    """Redact secrets in every text column and attrs of the rows `where` selects, and drop control characters
+    from the one-line columns (a model name or request id cannot break a report line or reach the terminal as an
+    ESC sequence). One UPDATE; rows without a candidate are not rewritten. Redacted attrs that would no longer be
+    JSON are kept as a JSON string."""
     sets, candidates = [], []
     for column in _REDACTED_COLUMNS:
-        text = f"CAST({column} AS VARCHAR)" if REQUEST_COLUMNS[column] == "JSON" else column
+        kind = REQUEST_COLUMNS[column]
+        text = f"CAST({column} AS VARCHAR)" if kind == "JSON" else column
         redacted = redact_sql(text)
-        if REQUEST_COLUMNS[column] == "JSON":
+        candidate = redact_candidate_sql(text)
+        if kind == "JSON":
             redacted = f"CASE WHEN json_valid({redacted}) THEN CAST({redacted} AS JSON) ELSE to_json({redacted}) END"
-        sets.append(f"{column} = CASE WHEN {redact_candidate_sql(text)} THEN {redacted} ELSE {column} END")
-        candidates.append(redact_candidate_sql(text))
+        elif column not in _MULTILINE_COLUMNS:
+            redacted = one_line_sql(redacted)
+            candidate = f"({candidate} OR coalesce(regexp_matches({column}, '{CONTROL_SQL}'), false))"
+        sets.append(f"{column} = CASE WHEN {candidate} THEN {redacted} ELSE {column} END")
+        candidates.append(candidate)
     con.execute(f"UPDATE requests SET {', '.join(sets)} WHERE ({where}) AND ({' OR '.join(candidates)})")
 
 
@@ -365,7 +374,7 @@ def _stem(path: Path) -> str:
     for suffix in src.COMPRESSED_SUFFIXES:
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)]
-    return Path(name).stem or name
+    return one_line(Path(name).stem or name)  # a run label: no line breaks or ESC sequences from a file name
 
 
 def _first_line(exc: Exception) -> str:

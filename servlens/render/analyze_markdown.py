@@ -5,16 +5,16 @@ evaluable and what was clear. Log values are escaped so a request id cannot brea
 from __future__ import annotations
 
 from servlens.render.analyze_text import headline, scope_text, value_text
+from servlens.escape import md_escape as _md_escape
+from servlens.escape import strip_controls
 
 _ICON = {"critical": "🔴", "warning": "🟠", "info": "🔵"}
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
 def md_escape(value) -> str:
-    text = value_text(value) if not isinstance(value, str) else value
-    for ch in ("\\", "|", "`", "*", "_", "<", ">", "[", "]"):
-        text = text.replace(ch, "\\" + ch)
-    return text.replace("\n", " ")
+    """A log value as literal Markdown on one line (servlens.escape); numbers as the text report shows them."""
+    return _md_escape(value_text(value) if not isinstance(value, str) else value)
 
 
 def render_analyze_markdown(doc: dict) -> str:
@@ -73,4 +73,4 @@ def render_analyze_markdown(doc: dict) -> str:
     workload = (doc.get("workload") or {}).get("summary") or []
     if workload:
         out += ["### Workload", ""] + [f"- {md_escape(line)}" for line in workload] + [""]
-    return "\n".join(out)
+    return strip_controls("\n".join(out))

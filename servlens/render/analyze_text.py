@@ -7,6 +7,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from servlens.escape import strip_controls
+
 WIDTH = 110
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
@@ -58,9 +60,13 @@ _COLORS = {"CRITICAL": "red", "WARNING": "yellow", "INFO": "blue", "FIRED": None
 
 
 def render_analyze_text(doc: dict, color: bool = False) -> str:
-    """The report as text; `color` adds ANSI colours to severities and headings (a terminal, never a file or pipe)."""
-    if color:
-        return _colorize(render_analyze_text(doc))
+    """The report as text; `color` adds ANSI colours to severities and headings (a terminal, never a file or pipe).
+    Control characters from log values are stripped before servlens adds its own colours."""
+    text = strip_controls(_render_plain(doc))
+    return _colorize(text) if color else text
+
+
+def _render_plain(doc: dict) -> str:
     cover = doc.get("coverage") or {}
     span = cover.get("time_span") or {}
     runs = doc["run"] if isinstance(doc["run"], list) else [doc["run"]]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from servlens.escape import strip_controls
+
 EXIT_OF = {"pass": 0, "fail": 1, "inconclusive": 3}
 
 
@@ -106,4 +108,4 @@ def render_compare_text(doc: dict) -> str:
     for note in doc.get("notes", []):
         out.append(f"Note: {note}.")
     out += ["", f"Verdict: {verdict}. {doc['reason']}"]
-    return "\n".join(out) + "\n"
+    return strip_controls("\n".join(out) + "\n")  # log values (run labels, cohorts) hold no control characters
