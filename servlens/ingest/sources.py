@@ -133,11 +133,18 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def file_sha256_and_lines(path: Path, chunk: int = 1 << 22) -> tuple[str, int | None]:
+def file_sha256_and_lines(path: Path, chunk: int = 1 << 22, long_line: int | None = None,
+                          long_lines: list[int] | None = None) -> tuple[str, int | None]:
     """The file's sha256 and its number of lines (a last line without a line break counts; a compressed file's lines
     are counted in its decompressed text), from one read. The count is independent of DuckDB's reader: the ingester
-    checks what it read against it. None when a compressed file cannot be decompressed here (DuckDB will say why)."""
+    checks what it read against it. None when a compressed file cannot be decompressed here (DuckDB will say why).
+
+    With `long_line` (bytes, at least `chunk`), the numbers of the lines longer than that are appended to
+    `long_lines`: DuckDB's line reader drops such a line without a reject, so the ingester records it itself."""
     digest = hashlib.sha256()
+    since_break = 0  # bytes of the current line so far
+    if long_line is not None:
+        chunk = min(chunk, long_line)  # a longer line then always spans blocks: one check per block suffices
     compression = compression_of(path)
     lines, last = 0, b"\n"
     decompressor = None
@@ -161,6 +168,14 @@ def file_sha256_and_lines(path: Path, chunk: int = 1 << 22) -> tuple[str, int | 
                         text += decompressor.decompress(rest)
                     block = text
                 if block and lines is not None:
+                    if long_line is not None and long_lines is not None:
+                        first = block.find(b"\n")
+                        if first < 0:
+                            since_break += len(block)
+                        else:
+                            if since_break + first > long_line:
+                                long_lines.append(lines + 1)
+                            since_break = len(block) - block.rfind(b"\n") - 1
                     lines += block.count(b"\n")
                     last = block[-1:]
     except Exception:  # a corrupt archive: no count; the reader reports the file
@@ -172,6 +187,8 @@ def file_sha256_and_lines(path: Path, chunk: int = 1 << 22) -> tuple[str, int | 
                 digest.update(block)
     if lines is not None and last != b"\n":
         lines += 1
+        if long_line is not None and long_lines is not None and since_break > long_line:
+            long_lines.append(lines)
     return digest.hexdigest(), lines
 
 
