@@ -81,8 +81,12 @@ def main() -> None:
     except ServlensError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        # Ctrl-C: the transaction in progress was rolled back; nothing else to say
+        sys.exit(130)
+    except RuntimeError as exc:
+        if "Query interrupted" not in str(exc):  # DuckDB's answer to Ctrl-C during a query
+            raise
         sys.exit(130)
     except click.ClickException as exc:
         exc.message = one_line(redact_secrets(exc.message))  # it can quote a file name or an option's value
@@ -92,4 +96,8 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as exc:  # a file system error no command turned into a sentence: still one line, exit 2
+        where = f" ({one_line(exc.filename)})" if exc.filename else ""
+        click.echo(f"Error: {one_line(exc.strerror or exc)}{where}.", err=True)
+        sys.exit(2)
     sys.exit(0)

@@ -392,6 +392,7 @@ def ingest_metrics_file(
         else:
             time_source = f"exposition+{fallback_source}"
         rows.timestamp = [fallback_ts if ts is None else ts for ts in rows.timestamp]
+        errors = errors + _drop_impossible_times(rows)
         extra = {"created_dropped": exposition.created_dropped, "deprecated_dropped": exposition.deprecated_dropped}
         source_id = insert_source(con, run=run, kind="metrics", path=path, decision=decision, fmt=fmt, time_source=time_source)
         _insert_rows(con, run, source_id, rows)
@@ -480,6 +481,26 @@ def _recheck_skip(con, run, path, decision, fmt, at, index) -> SourceDecision:
 _EPOCH = datetime(1970, 1, 1)
 # Label values are redacted like request text (a URL with a password in an `endpoint` label, a key in `api_base`).
 _REDACTED_LABELS = "list_transform({values}, lambda v: " + redact_sql("v").replace("{", "{{").replace("}", "}}") + ")"
+
+
+# A sample time outside 2000-2100 is a unit mistake (ns or ms read as seconds) or garbage: that line's error.
+_SCRAPE_TIME_RANGE = (946684800.0, 4102444800.0)
+
+
+def _drop_impossible_times(rows: MetricRows) -> list[LineError]:
+    """Remove the samples whose time is out of range (NaN and infinities included) and return them as errors."""
+    low, high = _SCRAPE_TIME_RANGE
+    bad = [i for i, ts in enumerate(rows.timestamp) if ts is not None and not (low <= ts < high)]
+    if not bad:
+        return []
+    errors = [LineError(rows.line[i], None, f"sample time {rows.timestamp[i]!r} s is not between 2000 and 2100", "")
+              for i in bad]
+    dropped = set(bad)
+    keep = [i for i in range(len(rows)) if i not in dropped]
+    for name in ("name", "name_raw", "type", "series", "le", "label_keys", "label_values", "value", "timestamp", "line"):
+        column = getattr(rows, name)
+        setattr(rows, name, [column[i] for i in keep])
+    return errors
 
 
 def _insert_rows(con: duckdb.DuckDBPyConnection, run: str, source_id: int, rows: MetricRows) -> None:

@@ -7,11 +7,13 @@ whether a file is new to a run, already there (skip), or changed at the same pat
 from __future__ import annotations
 
 import atexit
+import errno
 import glob
 import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -72,19 +74,51 @@ def _plain_alias(path: Path) -> str:
     return alias
 
 
-def expand_inputs(inputs: list[str] | tuple[str, ...]) -> list[tuple[Path, bool]]:
+def not_a_regular_file(path: Path) -> str | None:
+    """Why `path` cannot be read as a file (a FIFO would block forever, a loop or a dangling link has no content),
+    or None for a regular file (or a link to one) and a folder."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        if os.path.islink(path):
+            if exc.errno == errno.ELOOP:
+                return "a symbolic link loop"
+            return f"a symbolic link to nothing ({os.readlink(path)})"
+        return None  # missing: the caller says so
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+    return kind
+
+
+def expand_inputs(inputs: list[str] | tuple[str, ...],
+                  skipped: list[dict] | None = None) -> list[tuple[Path, bool]]:
     """Expand files, folders and globs into files, sorted, each with whether the user named it directly.
 
     A file the user named directly must be readable by some profile (else exit 2); a file found inside a folder or
-    by a glob that no profile recognises is listed as skipped instead (DESIGN.md Decisions, Ingest).
+    by a glob that no profile recognises is listed as skipped instead (DESIGN.md Decisions, Ingest). Entries of a
+    folder that are not regular files (FIFOs, sockets, symlink loops, dangling links) go to `skipped` with why.
     """
     found: list[tuple[Path, bool]] = []
     for item in inputs:
         path = Path(item)
+        problem = not_a_regular_file(path)
+        if problem:
+            raise InputError(f"{item} is {problem}, not a file servlens can read", "Name a regular file or a folder")
         if path.is_file():
             found.append((path.resolve(), True))
         elif path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p.relative_to(path)))
+            files = []
+            for p in sorted(path.rglob("*")):
+                if _hidden(p.relative_to(path)):
+                    continue
+                problem = not_a_regular_file(p)
+                if problem:
+                    if skipped is not None:
+                        skipped.append({"path": str(p.absolute()), "reason": problem})
+                elif p.is_file():
+                    files.append(p)
             found.extend((p.resolve(), False) for p in files)
         elif any(ch in item for ch in "*?["):
             matches = sorted(Path(m) for m in glob.glob(item, recursive=True) if Path(m).is_file())
@@ -113,6 +147,27 @@ def base_suffix(path: Path) -> str:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     return Path(name).suffix
+
+
+_MAGIC = {"gzip": b"\x1f\x8b", "zstd": b"\x28\xb5\x2f\xfd"}
+
+
+def compression_problem(path: Path) -> str | None:
+    """Why a .gz / .zst file is not what its name says (e.g. gzip data named .zst), from its first bytes."""
+    expected = compression_of(path)
+    if expected is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if not head or head.startswith(_MAGIC[expected]):
+        return None
+    actual = next((name for name, magic in _MAGIC.items() if head.startswith(magic)), None)
+    if actual:
+        return f"named as {expected} but holds {actual} data"
+    return f"named as {expected} but is not {expected} data"
 
 
 def compression_of(path: Path) -> str | None:
