@@ -28,6 +28,7 @@ from servlens.ingest.compiler import (
 )
 from servlens.ingest.profiles import Profile
 from servlens.redact import redact_candidate_sql, redact_sql
+from servlens.sandbox import check_csv_options, check_user_expression, check_user_query
 from servlens.store.schema import REQUEST_COLUMNS
 
 # Columns reported as "filled" (the bookkeeping ones are always there).
@@ -177,7 +178,15 @@ def ingest_request_file(
     )
     # Lines are numbered by insert order where the profile allows it (one row per line, in line order).
     opts = replace(opts, lines_by_insert_order=can_number_by_insert_order(profile, opts))
+    if not profile.builtin:
+        check_csv_options(profile.name, profile.csv_options)
+        for name, (_, body) in profile.macros.items():
+            check_user_expression(body, f"Profile {profile.name}: macro {name}")
     compiled = compile_profile(profile, opts)
+    if not profile.builtin:
+        reader = "read_parquet" if profile.reader == "parquet" else "read_csv"
+        check_user_query(compiled.select(source_id_sql="0", where_sql="true"), f"Profile {profile.name}",
+                         readers={reader: src.duckdb_path(path)[1:-1].replace("''", "'")})
     relative = profile.clock == "relative" and start is None
     result = SourceResult(path=str(path), format=profile.name, relative_clock=relative)
     for statement in compiled.macro_sql():

@@ -44,6 +44,7 @@ def one_transaction(con: duckdb.DuckDBPyConnection):
 
 _GLOB_CHARS = re.compile(r"([\[\]*?])")
 _alias_dir: str | None = None
+_aliases: dict[Path, str] = {}
 
 
 def duckdb_path(path: Path | str) -> str:
@@ -65,12 +66,15 @@ def _plain_alias(path: Path) -> str:
     """A symlink to `path` under a private temporary folder (removed at exit), named without glob characters and
     keeping the file's suffixes (DuckDB picks compression and format from them)."""
     global _alias_dir
+    if path in _aliases:
+        return _aliases[path]
     if _alias_dir is None:
         _alias_dir = tempfile.mkdtemp(prefix="servlens-paths-")
         atexit.register(shutil.rmtree, _alias_dir, True)
     suffixes = "".join(s for s in Path(path.name).suffixes if re.fullmatch(r"\.[A-Za-z0-9]{1,8}", s))
     alias = os.path.join(_alias_dir, f"{len(os.listdir(_alias_dir))}{suffixes}")
     os.symlink(path.resolve(), alias)
+    _aliases[path] = alias
     return alias
 
 
