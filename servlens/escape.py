@@ -58,12 +58,24 @@ def one_line_sql(expr: str) -> str:
     return f"regexp_replace(regexp_replace({expr}, '{sequences}', '', 'g'), '{CONTROL_SQL}', ' ', 'g')"
 
 
+# A Markdown report stays a comment, not a dump: one field shows at most this many characters (a 2 MB model name
+# would otherwise make a 2 MB table cell).
+MAX_FIELD_CHARS = 1000
+
+
+def bounded(text: str, limit: int = MAX_FIELD_CHARS) -> str:
+    """`text` cut to `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
 def md_escape(value) -> str:
     """A field as literal Markdown text, on one line (safe in a table cell, a heading or a list item)."""
-    return _MD_SPECIAL.sub(r"\\\1", one_line(value))
+    return _MD_SPECIAL.sub(r"\\\1", bounded(one_line(value)))
 
 
 def md_code(value) -> str:
     """A field as a Markdown code span: inside it nothing is markup; a backtick would end it, so it is replaced."""
-    text = one_line(value).replace("`", "'")
+    text = bounded(one_line(value), 200).replace("`", "'")
     return f"`{text}`" if text else "``"

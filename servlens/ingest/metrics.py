@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import zlib
 import json
 import math
 import re
@@ -88,6 +89,10 @@ _SAMPLE_LINE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?[ \t]+(\S+)([ \t]+
 # reading and sniffing
 
 
+# One scrape is parsed in Python: its decompressed text is capped (a 6.6 MB zstd bomb once grew past 6 GB).
+MAX_SCRAPE_BYTES = 256 * 1024 * 1024
+
+
 def read_text(path: Path, limit: int | None = None) -> str:
     """The file's text (decompressed for .gz/.zst), or its first `limit` bytes."""
     compression = compression_of(path)
@@ -99,8 +104,18 @@ def read_text(path: Path, limit: int | None = None) -> str:
         opener = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
     else:
         opener = open(path, "rb")
-    with opener as handle:
-        data = handle.read(limit) if limit else handle.read()
+    try:
+        with opener as handle:
+            data = handle.read(limit) if limit else handle.read(MAX_SCRAPE_BYTES + 1)
+    except (OSError, EOFError, ValueError, zlib.error) as exc:  # a truncated or corrupt archive
+        raise InputError(f"{path} cannot be decompressed as {compression}: {exc}", "Check that the file is complete") from None
+    except Exception as exc:  # zstandard.ZstdError is no OSError
+        if type(exc).__name__ != "ZstdError":
+            raise
+        raise InputError(f"{path} cannot be decompressed as zstd: {exc}", "Check that the file is complete") from None
+    if not limit and len(data) > MAX_SCRAPE_BYTES:
+        raise InputError(f"{path} holds more than {MAX_SCRAPE_BYTES >> 20} MiB of metrics text (decompressed)",
+                         "A scrape is a few MB; split the file, or check that it is a scrape")
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     return data.decode("utf-8", errors="replace")
@@ -110,7 +125,7 @@ def sniff_metrics(path: Path) -> str | None:
     """What kind of metrics file this is: 'prometheus-text', 'openmetrics', 'prometheus-api', 'scrape-index' or None."""
     try:
         head = read_text(Path(path), _SNIFF_BYTES)
-    except (OSError, EOFError, ValueError):
+    except (OSError, EOFError, ValueError, InputError):  # not readable as metrics: the request-log sniffer says why
         return None
     return sniff_metrics_text(head, complete=len(head.encode("utf-8", "replace")) < _SNIFF_BYTES)
 
