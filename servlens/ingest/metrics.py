@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import functools
 import gzip
-import zlib
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path

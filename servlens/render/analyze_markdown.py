@@ -4,9 +4,9 @@ evaluable and what was clear. Log values are escaped so a request id cannot brea
 
 from __future__ import annotations
 
-from servlens.render.analyze_text import headline, scope_text, value_text
 from servlens.escape import md_escape as _md_escape
 from servlens.escape import strip_controls
+from servlens.render.analyze_text import headline, scope_text, value_text
 
 _ICON = {"critical": "🔴", "warning": "🟠", "info": "🔵"}
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
