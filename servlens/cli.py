@@ -13,7 +13,8 @@ import sys
 import click
 
 from servlens import __version__
-from servlens.errors import ServlensError
+from servlens.errors import ServlensError, redact_secrets
+from servlens.escape import one_line
 
 # command name -> "module:attribute". Order is the order `servlens -h` lists them.
 COMMANDS: dict[str, str] = {
@@ -80,14 +81,23 @@ def main() -> None:
     except ServlensError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        # Ctrl-C: the transaction in progress was rolled back; nothing else to say
+        sys.exit(130)
+    except RuntimeError as exc:
+        if "Query interrupted" not in str(exc):  # DuckDB's answer to Ctrl-C during a query
+            raise
         sys.exit(130)
     except click.ClickException as exc:
+        exc.message = one_line(redact_secrets(exc.message))  # it can quote a file name or an option's value
         exc.show()
         sys.exit(2 if exc.exit_code == 1 else exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as exc:  # a file system error no command turned into a sentence: still one line, exit 2
+        where = f" ({one_line(exc.filename)})" if exc.filename else ""
+        click.echo(f"Error: {one_line(exc.strerror or exc)}{where}.", err=True)
+        sys.exit(2)
     sys.exit(0)

@@ -6,7 +6,9 @@ keeps its traceback.
 
 from __future__ import annotations
 
-import re
+# Redaction has one home (servlens.redact); these names stay importable from here for the ingest modules.
+from servlens.escape import one_line
+from servlens.redact import redact_secrets, redact_sql  # noqa: F401
 
 # Exit codes shared by every command (DESIGN.md "Contracts"): 0 clean/pass, 1 finding at or above --fail-on or a
 # compare fail, 2 usage or input error, 3 compare inconclusive.
@@ -32,7 +34,7 @@ class ServlensError(Exception):
         text = self.message.rstrip(".") + "."
         if self.hint:
             text += " " + self.hint.rstrip(".") + "."
-        return redact_secrets(text)
+        return one_line(redact_secrets(text))  # one sentence: a file name's line breaks or ESC bytes cannot split it
 
 
 class InputError(ServlensError):
@@ -41,37 +43,3 @@ class InputError(ServlensError):
 
 class ConfigError(ServlensError):
     """A profile, rule, policy or option has a bad key or value."""
-
-
-# Secrets that show up in provider error messages and headers. Redacted at ingest and in every message we print.
-_SECRET_PATTERNS = [
-    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 [REDACTED]"),
-    (re.compile(r"\bsk-(?:proj-|ant-|or-)?[A-Za-z0-9_-]{8,}"), "sk-[REDACTED]"),
-    (re.compile(r"\b(?:hf|gsk|xai|pplx|ghp|gho|ghs)_[A-Za-z0-9]{12,}"), "[REDACTED]"),
-    (re.compile(r"\bAIza[0-9A-Za-z_-]{20,}"), "[REDACTED]"),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "[REDACTED]"),
-    (
-        re.compile(r"(?i)((?:api[_-]?key|x-api-key|access[_-]?token|secret|password)[\"']?\s*[:=]\s*[\"']?)"
-                   r"[^\s\"',;}]{6,}"),
-        r"\1[REDACTED]",
-    ),
-]
-
-
-def redact_secrets(text: str) -> str:
-    """Replace API keys, bearer tokens and key=value secrets with [REDACTED]."""
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
-
-
-def redact_sql(expr: str) -> str:
-    """The same redaction as a DuckDB expression over `expr`, so ingest redacts without a Python loop over rows.
-
-    The patterns are RE2-compatible (DuckDB's regex engine), so Python and SQL redact alike.
-    """
-    for pattern, replacement in _SECRET_PATTERNS:
-        flags = "gi" if pattern.flags & re.IGNORECASE else "g"
-        regex = pattern.pattern.replace("(?i)", "").replace("'", "''")
-        expr = f"regexp_replace({expr}, '{regex}', '{replacement.replace(chr(39), chr(39) * 2)}', '{flags}')"
-    return expr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import threading
 from datetime import UTC, datetime
@@ -11,6 +12,7 @@ from pathlib import Path
 import click
 
 from servlens.errors import ConfigError
+from servlens.escape import terminal_safe
 
 OUTPUT_FORMATS = ("text", "json", "md", "html")
 
@@ -32,7 +34,24 @@ def resolve_db(ctx: click.Context, db: str | None) -> Path:
 
     root = ctx.find_root()
     group_db = (root.obj or {}).get("db") if root.obj else None
-    return Path(db or group_db or DEFAULT_DB_PATH)
+    path = Path(db or group_db or DEFAULT_DB_PATH)
+    check_store_path(path)
+    return path
+
+
+def check_store_path(path: Path) -> None:
+    """Refuse a store path DuckDB would hang on (a FIFO) or fail on with a traceback (a folder, a parent that is a
+    file, a folder that cannot be written), with one sentence."""
+    from servlens.ingest.sources import not_a_regular_file
+
+    problem = not_a_regular_file(path)
+    if problem or path.is_dir():
+        raise ConfigError(f"The store {path} is {problem or 'a folder'}, not a DuckDB file", "Pass --db FILE")
+    parent = next((p for p in path.parents if p.exists()), Path("."))
+    if not path.exists() and not parent.is_dir():
+        raise ConfigError(f"Cannot create the store {path}: {parent} is not a folder", "Pass --db with a folder that exists")
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"Cannot create the store {path}: {parent} is not writable", "Pass --db in a writable folder")
 
 
 def output_options(func):
@@ -90,11 +109,19 @@ def default_out(fmt: str, out: str | None, kind: str) -> str | None:
 
 
 def write_output(text: str, out: str | None) -> None:
-    """Write to --out (creating its folder) or to stdout."""
+    """Write to --out (creating its folder) or to stdout; no control character from a log value gets through
+    (servlens.escape.terminal_safe keeps only colours)."""
+    text = terminal_safe(text)
     if out:
         path = Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        parent = next((p for p in path.parents if p.exists()), Path("."))
+        if not parent.is_dir():
+            raise ConfigError(f"Cannot write {out}: {parent} is a file, not a folder", "Pass --out with a writable path")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:  # read-only folder, a parent that is a file, a full disk, a name too long
+            raise ConfigError(f"Cannot write {out}: {exc.strerror or exc}", "Pass --out with a writable path") from None
         click.echo(f"Wrote {path}", err=True)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

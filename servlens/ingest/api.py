@@ -119,6 +119,11 @@ def _metrics_module():
 
 
 def _plan(path: Path, named: bool, profiles: list[Profile], forced: Profile | None, metrics_only: bool) -> _Plan:
+    problem = src.compression_problem(path)
+    if problem:
+        if named:
+            raise InputError(f"{path} is {problem}", "Rename it to match its content, or recompress it")
+        return _Plan(path, named, "skip", reason=problem)
     metrics = _metrics_module()
     metrics_format = metrics.sniff_metrics(path) if metrics else None
     if metrics_format == getattr(metrics, "INDEX_FORMAT", "scrape-index"):
@@ -236,10 +241,11 @@ def ingest_inputs(
 
     plans: list[_Plan] = []
     seen: set[Path] = set()
+    not_files: list[dict] = []
     for group, metrics_only in ((inputs, False), (metrics_inputs, True)):
         if not group:
             continue
-        for path, named in src.expand_inputs(list(group)):
+        for path, named in src.expand_inputs(list(group), not_files):
             if path in seen:
                 continue
             seen.add(path)
@@ -256,7 +262,7 @@ def ingest_inputs(
         )
 
     report = IngestReport()
-    report.skipped = [{"path": str(p.path), "reason": p.reason} for p in plans if p.kind == "skip"]
+    report.skipped = [{"path": str(p.path), "reason": p.reason} for p in plans if p.kind == "skip"] + not_files
     metrics = _metrics_module()
     index: dict = {}
     for plan in plans:

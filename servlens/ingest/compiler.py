@@ -27,7 +27,9 @@ from datetime import datetime
 from pathlib import Path
 
 from servlens.errors import redact_sql
+from servlens.escape import one_line_sql
 from servlens.ingest.profiles import MAPPABLE_COLUMNS, Profile, Wrapper
+from servlens.ingest.sources import duckdb_path
 from servlens.store.schema import REQUEST_COLUMNS
 
 BAD_ROW_STATUS = "__bad__"
@@ -285,7 +287,7 @@ def line_reader_sql(path: Path, compression: str | None, longest: int, store_rej
     rejects = ("store_rejects=true, rejects_table='_sl_csv_rejects', rejects_scan='_sl_csv_reject_scans'"
                if store_rejects else "store_rejects=false")
     return (
-        f"read_csv({sql_str(str(path))}, columns={{'line': 'VARCHAR'}}, header=false, auto_detect=false, "
+        f"read_csv({duckdb_path(path)}, columns={{'line': 'VARCHAR'}}, header=false, auto_detect=false, "
         "delim='\\x1f', quote='', escape='', strict_mode=false, null_padding=true, "
         f"compression={sql_str(compression or 'none')}, max_line_size={longest}, buffer_size={2 * longest}, "
         f"ignore_errors=true, {rejects})"
@@ -294,7 +296,7 @@ def line_reader_sql(path: Path, compression: str | None, longest: int, store_rej
 
 def _raw_source(profile: Profile, opts: CompileOptions) -> tuple[str, bool]:
     """The _raw CTE body and whether its rows are JSON text (`_text`)."""
-    path = sql_str(str(opts.path))
+    path = duckdb_path(opts.path)  # never a glob pattern
     longest = line_longest(profile, opts)
     # row_number() OVER () makes DuckDB run the whole extraction on one thread (11.7 s against 6.8 s for 1M lines
     # on 2 cores). Where the rows come out one per line in line order, the ingester numbers them instead by their
@@ -592,7 +594,7 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
     if opts.run is not None:
         run_expr = sql_str(opts.run)
     else:
-        run_expr = f"coalesce(_run_profile, {sql_str(opts.default_run)})"
+        run_expr = f"coalesce({one_line_sql('_run_profile')}, {sql_str(opts.default_run)})"  # a label from a log
     macros = dict(BUILTIN_MACROS)
     if not opts.keep_text:
         # Without --keep-text only the first 2,048 characters of a prompt are used (prefix_key): cut each message

@@ -39,6 +39,7 @@ import gzip
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,7 +47,7 @@ from typing import Mapping
 
 import duckdb
 
-from servlens.errors import InputError, redact_secrets
+from servlens.errors import InputError
 from servlens.ingest.prometheus import (
     KNOWN_TYPES,
     OPENMETRICS_FORMAT,
@@ -65,6 +66,7 @@ from servlens.ingest.sources import (
     ensure_run,
     insert_source,
 )
+from servlens.redact import redact_secrets, redact_sql
 
 API_FORMAT = "prometheus-api"
 INDEX_FORMAT = "scrape-index"
@@ -87,6 +89,10 @@ _SAMPLE_LINE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?[ \t]+(\S+)([ \t]+
 # reading and sniffing
 
 
+# One scrape is parsed in Python: its decompressed text is capped (a 6.6 MB zstd bomb once grew past 6 GB).
+MAX_SCRAPE_BYTES = 256 * 1024 * 1024
+
+
 def read_text(path: Path, limit: int | None = None) -> str:
     """The file's text (decompressed for .gz/.zst), or its first `limit` bytes."""
     compression = compression_of(path)
@@ -98,8 +104,18 @@ def read_text(path: Path, limit: int | None = None) -> str:
         opener = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
     else:
         opener = open(path, "rb")
-    with opener as handle:
-        data = handle.read(limit) if limit else handle.read()
+    try:
+        with opener as handle:
+            data = handle.read(limit) if limit else handle.read(MAX_SCRAPE_BYTES + 1)
+    except (OSError, EOFError, ValueError, zlib.error) as exc:  # a truncated or corrupt archive
+        raise InputError(f"{path} cannot be decompressed as {compression}: {exc}", "Check that the file is complete") from None
+    except Exception as exc:  # zstandard.ZstdError is no OSError
+        if type(exc).__name__ != "ZstdError":
+            raise
+        raise InputError(f"{path} cannot be decompressed as zstd: {exc}", "Check that the file is complete") from None
+    if not limit and len(data) > MAX_SCRAPE_BYTES:
+        raise InputError(f"{path} holds more than {MAX_SCRAPE_BYTES >> 20} MiB of metrics text (decompressed)",
+                         "A scrape is a few MB; split the file, or check that it is a scrape")
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     return data.decode("utf-8", errors="replace")
@@ -109,7 +125,7 @@ def sniff_metrics(path: Path) -> str | None:
     """What kind of metrics file this is: 'prometheus-text', 'openmetrics', 'prometheus-api', 'scrape-index' or None."""
     try:
         head = read_text(Path(path), _SNIFF_BYTES)
-    except (OSError, EOFError, ValueError):
+    except (OSError, EOFError, ValueError, InputError):  # not readable as metrics: the request-log sniffer says why
         return None
     return sniff_metrics_text(head, complete=len(head.encode("utf-8", "replace")) < _SNIFF_BYTES)
 
@@ -391,6 +407,7 @@ def ingest_metrics_file(
         else:
             time_source = f"exposition+{fallback_source}"
         rows.timestamp = [fallback_ts if ts is None else ts for ts in rows.timestamp]
+        errors = errors + _drop_impossible_times(rows)
         extra = {"created_dropped": exposition.created_dropped, "deprecated_dropped": exposition.deprecated_dropped}
         source_id = insert_source(con, run=run, kind="metrics", path=path, decision=decision, fmt=fmt, time_source=time_source)
         _insert_rows(con, run, source_id, rows)
@@ -477,6 +494,28 @@ def _recheck_skip(con, run, path, decision, fmt, at, index) -> SourceDecision:
 
 
 _EPOCH = datetime(1970, 1, 1)
+# Label values are redacted like request text (a URL with a password in an `endpoint` label, a key in `api_base`).
+_REDACTED_LABELS = "list_transform({values}, lambda v: " + redact_sql("v").replace("{", "{{").replace("}", "}}") + ")"
+
+
+# A sample time outside 2000-2100 is a unit mistake (ns or ms read as seconds) or garbage: that line's error.
+_SCRAPE_TIME_RANGE = (946684800.0, 4102444800.0)
+
+
+def _drop_impossible_times(rows: MetricRows) -> list[LineError]:
+    """Remove the samples whose time is out of range (NaN and infinities included) and return them as errors."""
+    low, high = _SCRAPE_TIME_RANGE
+    bad = [i for i, ts in enumerate(rows.timestamp) if ts is not None and not (low <= ts < high)]
+    if not bad:
+        return []
+    errors = [LineError(rows.line[i], None, f"sample time {rows.timestamp[i]!r} s is not between 2000 and 2100", "")
+              for i in bad]
+    dropped = set(bad)
+    keep = [i for i in range(len(rows)) if i not in dropped]
+    for name in ("name", "name_raw", "type", "series", "le", "label_keys", "label_values", "value", "timestamp", "line"):
+        column = getattr(rows, name)
+        setattr(rows, name, [column[i] for i in keep])
+    return errors
 
 
 def _insert_rows(con: duckdb.DuckDBPyConnection, run: str, source_id: int, rows: MetricRows) -> None:
@@ -484,10 +523,10 @@ def _insert_rows(con: duckdb.DuckDBPyConnection, run: str, source_id: int, rows:
     if not len(rows):
         return
     con.execute(
-        """
+        f"""
         INSERT INTO metric_samples (run, source_id, ts, name, name_raw, type, series, le, labels, value)
         SELECT $run, $source_id, make_timestamp(CAST(round(ts * 1e6) AS BIGINT)), name, name_raw, type, series, le,
-               map(label_keys, label_values), value
+               map(label_keys, {_REDACTED_LABELS.format(values="label_values")}), value
         FROM (SELECT unnest($ts::DOUBLE[]) AS ts, unnest($name::VARCHAR[]) AS name,
                      unnest($name_raw::VARCHAR[]) AS name_raw, unnest($type::VARCHAR[]) AS type,
                      unnest($series::VARCHAR[]) AS series, unnest($le::DOUBLE[]) AS le,
@@ -596,10 +635,10 @@ def _ingest_api(con: duckdb.DuckDBPyConnection, text: str, path: Path, run: str,
             """
         )
         con.execute(
-            """
+            f"""
             INSERT INTO metric_samples (run, source_id, ts, name, name_raw, type, series, le, labels, value)
             SELECT ?, ?, make_timestamp(CAST(round(p.ts * 1e6) AS BIGINT)), m.name, m.name_raw, m.type, m.series, m.le,
-                   map(m.k, m.v), p.value
+                   map(m.k, {_REDACTED_LABELS.format(values="m.v")}), p.value
             FROM _sl_api_points p JOIN _sl_api_meta m USING (sidx)
             WHERE p.ts IS NOT NULL AND p.value IS NOT NULL
             ORDER BY p.sidx, p.ts

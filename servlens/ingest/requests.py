@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 
 from servlens.errors import ConfigError, InputError
+from servlens.escape import CONTROL_SQL, one_line, one_line_sql
 from servlens.ingest import sources as src
 from servlens.ingest.compiler import (
     BAD_ROW_STATUS,
@@ -26,6 +27,8 @@ from servlens.ingest.compiler import (
     sql_str,
 )
 from servlens.ingest.profiles import Profile, Wrapper
+from servlens.redact import redact_candidate_sql, redact_sql
+from servlens.sandbox import check_csv_options, check_user_expression, check_user_query
 from servlens.store.schema import REQUEST_COLUMNS
 
 # Columns reported as "filled" (the bookkeeping ones are always there).
@@ -54,6 +57,7 @@ class SourceResult:
     columns_filled: dict[str, float] = field(default_factory=dict)  # column -> share of rows with a value
     first_errors: list[dict] = field(default_factory=list)
     note: str | None = None
+    invalid_values: dict[str, int] = field(default_factory=dict)  # column -> values stored as NULL (impossible)
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -67,16 +71,76 @@ class SourceResult:
             "bad_lines": self.bad_lines,
             "skipped": self.skipped,
             "replaced": self.replaced,
-            "t_min": self.t_min.isoformat() if self.t_min else None,
-            "t_max": self.t_max.isoformat() if self.t_max else None,
+            "t_min": _iso(self.t_min),
+            "t_max": _iso(self.t_max),
             "relative_clock": self.relative_clock,
             "columns_filled": self.columns_filled,
             "errors": self.first_errors,
         }
         if self.note:
             out["note"] = self.note
+        if self.invalid_values:
+            out["invalid_values"] = self.invalid_values
         out.update(self.extra)
         return out
+
+
+def _iso(value) -> str | None:
+    """A time as ISO text; DuckDB hands a timestamp beyond Python's datetime (year > 9999) over as text."""
+    if value is None:
+        return None
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+# Values no request can have (issue 15): they are stored as NULL, named in the row's attrs.invalid_values and
+# counted per column in the ingest summary, so that one bad value never reaches a statistic or a window.
+_DURATIONS = ("queue_s", "prefill_s", "ttft_s", "first_content_s", "tpot_s", "decode_s", "e2e_s")
+_NOT_ZERO = ("ttft_s", "e2e_s")  # a request cannot answer in no time (a gateway cache hit excepted)
+_TOKENS = ("prompt_tokens", "cached_tokens", "completion_tokens", "reasoning_tokens", "max_tokens", "context_window")
+_TIMES = ("t_arrival", "t_first_token", "t_end")
+MAX_DURATION_S = 7 * 24 * 3600.0  # a week: beyond it a "duration" is a unit mistake (ns or ms read as seconds)
+MAX_TOKENS = 100_000_000_000
+# Absolute clocks: a request logged before 2000 or after 2100 is a unit mistake (ms read as seconds) or garbage.
+TIME_FLOOR, TIME_CEILING = "2000-01-01", "2100-01-01"
+
+
+def _impossible_sql(column: str, relative_clock: bool) -> str:
+    if column in _DURATIONS:
+        zero = f" OR ({column} = 0 AND cache_hit IS NOT TRUE)" if column in _NOT_ZERO else ""
+        return f"(isnan({column}) OR isinf({column}) OR {column} < 0 OR {column} > {MAX_DURATION_S}{zero})"
+    if column in _TOKENS:
+        return f"({column} < 0 OR {column} > {MAX_TOKENS})"
+    floor = "" if relative_clock else f"{column} < TIMESTAMP '{TIME_FLOOR}' OR "
+    return f"({floor}{column} >= TIMESTAMP '{TIME_CEILING}')"
+
+
+def null_impossible_values(con: duckdb.DuckDBPyConnection, where: str, relative_clock: bool) -> dict[str, int]:
+    """Store impossible values of the rows `where` selects as NULL (Infinity, NaN, 1e309, negative or zero
+    durations, negative token counts, times after 2100, or before 2000 beside times in range on an absolute clock);
+    return the count per column. A relative clock (offsets from 1970) is only checked against 2100."""
+    columns = (*_DURATIONS, *_TOKENS, *_TIMES)
+    if not relative_clock:
+        # The floor applies to a file with some times in range: an outlier there is a mistake, while a file whose
+        # times all sit before 2000 is a clock of its own (a synthetic or replayed trace) and is left as it is.
+        relative_clock = not con.execute(
+            f"SELECT count(*) FROM requests WHERE ({where}) AND t_arrival >= TIMESTAMP '{TIME_FLOOR}' "
+            f"AND t_arrival < TIMESTAMP '{TIME_CEILING}'").fetchone()[0]
+    tests = {c: f"coalesce({_impossible_sql(c, relative_clock)}, false)" for c in columns}
+    counts = con.execute(
+        f"SELECT {', '.join(f'count(*) FILTER ({t})' for t in tests.values())} FROM requests "
+        f"WHERE ({where}) AND status <> '{BAD_ROW_STATUS}'"
+    ).fetchone()
+    found = {c: int(n) for c, n in zip(columns, counts) if n}
+    if not found:
+        return {}
+    names = ", ".join(f"CASE WHEN {tests[c]} THEN '{c}' END" for c in found)
+    sets = ", ".join(f"{c} = CASE WHEN {tests[c]} THEN NULL ELSE {c} END" for c in found)
+    con.execute(
+        f"UPDATE requests SET {sets}, attrs = json_merge_patch(coalesce(attrs, JSON '{{}}'), "
+        f"json_object('invalid_values', list_filter([{names}], lambda x: x IS NOT NULL))) "
+        f"WHERE ({where}) AND status <> '{BAD_ROW_STATUS}' AND ({' OR '.join(tests[c] for c in found)})"
+    )
+    return found
 
 
 def _runs_in_file(con: duckdb.DuckDBPyConnection, compiled, default_run: str) -> list[str]:
@@ -116,7 +180,15 @@ def ingest_request_file(
     )
     # Lines are numbered by insert order where the profile allows it (one row per line, in line order).
     opts = replace(opts, lines_by_insert_order=can_number_by_insert_order(profile, opts))
+    if not profile.builtin:
+        check_csv_options(profile.name, profile.csv_options)
+        for name, (_, body) in profile.macros.items():
+            check_user_expression(body, f"Profile {profile.name}: macro {name}")
     compiled = compile_profile(profile, opts)
+    if not profile.builtin:
+        reader = "read_parquet" if profile.reader == "parquet" else "read_csv"
+        check_user_query(compiled.select(source_id_sql="0", where_sql="true"), f"Profile {profile.name}",
+                         readers={reader: src.duckdb_path(path)[1:-1].replace("''", "'")})
     relative = profile.clock == "relative" and start is None
     result = SourceResult(path=str(path), format=profile.name, relative_clock=relative)
     if wrapper is not None:
@@ -129,7 +201,7 @@ def ingest_request_file(
 
     # The file's sha256 (and line count) is computed in a thread while DuckDB reads the file; it is only awaited
     # before the insert when the run already holds a source of the same size (same content could be skipped).
-    job = _digest or _DigestJob(path)
+    job = _digest or _DigestJob(path, line_longest(profile, opts))
     size = path.stat().st_size
     # Runs named inside the file are learnt from the rows once they are inserted (one pass over the file). Only when
     # this exact content was ingested before does a cheap pre-pass find its runs, to skip without inserting.
@@ -194,6 +266,12 @@ def ingest_request_file(
         try:
             con.execute(f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)})\n{sql}")
         except _CONVERSION_ERRORS as exc:
+            fixed = _explicit_csv_dialect(profile, path, exc)
+            if fixed is not None:
+                # DuckDB's CSV sniffer gives up on a file whose last row has an unterminated quote: read it with
+                # the dialect spelt out, so the good rows are rows and the broken one is a counted reject.
+                con.execute("ROLLBACK")
+                return ingest_request_file(con, path, fixed, **retry)
             if opts.safe:
                 raise _profile_error(profile, path, exc) from exc
             # A value an expression cannot convert: redo this file with every expression in try() (slower, exact).
@@ -204,6 +282,8 @@ def ingest_request_file(
         inserted = f"source_id IN ({', '.join(str(v) for v in ids.values())})" if ids else f"source_id = {first_id}"
         for statement in compiled.after_insert_sql(inserted):
             con.execute(statement)
+        redact_rows(con, inserted)
+        result.invalid_values = null_impossible_values(con, inserted, relative_clock=profile.clock == "relative")
         if runs is None:
             ids = _assign_learnt_runs(con, result, path, profile, first_id, job.sha256(), relative, naive_tz)
             if not ids:
@@ -224,7 +304,10 @@ def ingest_request_file(
         )
         con.execute(f"DELETE FROM requests WHERE source_id IN ({id_list}) AND status = '{BAD_ROW_STATUS}'")
         if profile.reader != "parquet":
+            if profile.reader != "csv" and job.lines() is not None and job.long_lines:
+                _add_long_line_rejects(con, job.long_lines)
             _move_csv_rejects(con, list(ids.values()), path, keep_text, lines=profile.reader != "csv")
+        redact_errors(con, f"source_id IN ({id_list})")
         file_lines = job.lines()
         if file_lines is not None and profile.reader in ("jsonl", "json") and not json_multiline:
             _check_every_line_read(con, list(ids.values()), path, opts.compression, line_longest(profile, opts),
@@ -258,18 +341,54 @@ def ingest_request_file(
     return result
 
 
+# Text columns a secret can reach (an api_base in attrs, a key in an error, a token pasted as a user id). Not the
+# run label (sources and runs key on it; it comes from --run or the file name) nor the values servlens computes.
+_REDACTED_COLUMNS = [c for c, t in REQUEST_COLUMNS.items()
+                     if t in ("VARCHAR", "JSON") and c not in ("run", "status", "finish_reason", "prefix_key")]
+_MULTILINE_COLUMNS = ("prompt_text", "content_text", "reasoning_text", "error_message")
+
+
+def redact_rows(con: duckdb.DuckDBPyConnection, where: str) -> None:
+    """Redact secrets in every text column and attrs of the rows `where` selects, and drop control characters
+    from the one-line columns (a model name or request id cannot break a report line or reach the terminal as an
+    ESC sequence). One UPDATE; rows without a candidate are not rewritten. Redacted attrs that would no longer be
+    JSON are kept as a JSON string."""
+    sets, candidates = [], []
+    for column in _REDACTED_COLUMNS:
+        kind = REQUEST_COLUMNS[column]
+        text = f"CAST({column} AS VARCHAR)" if kind == "JSON" else column
+        redacted = redact_sql(text)
+        candidate = redact_candidate_sql(text)
+        if kind == "JSON":
+            redacted = f"CASE WHEN json_valid({redacted}) THEN CAST({redacted} AS JSON) ELSE to_json({redacted}) END"
+        elif column not in _MULTILINE_COLUMNS:
+            redacted = one_line_sql(redacted)
+            candidate = f"({candidate} OR coalesce(regexp_matches({column}, '{CONTROL_SQL}'), false))"
+        sets.append(f"{column} = CASE WHEN {candidate} THEN {redacted} ELSE {column} END")
+        candidates.append(candidate)
+    con.execute(f"UPDATE requests SET {', '.join(sets)} WHERE ({where}) AND ({' OR '.join(candidates)})")
+
+
+def redact_errors(con: duckdb.DuckDBPyConnection, where: str) -> None:
+    """The same for the ingest_errors rows of a source (their reason quotes the line; keys can be secrets)."""
+    sets = ", ".join(f"{c} = {redact_sql(c)}" for c in ("reason", "keys_seen", "excerpt"))
+    con.execute(f"UPDATE ingest_errors SET {sets} WHERE {where}")
+
+
 class _DigestJob:
     """src.file_sha256_and_lines(path) in a thread: hashlib releases the GIL, so hashing overlaps DuckDB's read."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, long_line: int | None = None) -> None:
         self._result: tuple[str, int | None] | None = None
         self._error: BaseException | None = None
+        self.long_line = long_line
+        self.long_lines: list[int] = []  # lines longer than long_line (DuckDB's reader drops them without a word)
         self._thread = threading.Thread(target=self._run, args=(path,), name="servlens-sha256", daemon=True)
         self._thread.start()
 
     def _run(self, path: Path) -> None:
         try:
-            self._result = src.file_sha256_and_lines(path)
+            self._result = src.file_sha256_and_lines(path, long_line=self.long_line, long_lines=self.long_lines)
         except BaseException as exc:  # handed to the caller by result()
             self._error = exc
 
@@ -340,7 +459,7 @@ def _stem(path: Path) -> str:
     for suffix in src.COMPRESSED_SUFFIXES:
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)]
-    return Path(name).stem or name
+    return one_line(Path(name).stem or name)  # a run label: no line breaks or ESC sequences from a file name
 
 
 def _first_line(exc: Exception) -> str:
@@ -348,6 +467,27 @@ def _first_line(exc: Exception) -> str:
 
 
 _MISSING_COLUMN_RE = re.compile(r'Referenced column "((?:[^"]|"")*)" not found')
+
+
+def _explicit_csv_dialect(profile: Profile, path: Path, exc: Exception) -> Profile | None:
+    """The profile with the CSV dialect and columns spelt out (no sniffing), when sniffing is what failed."""
+    if profile.reader != "csv" or "sniffing" not in str(exc) or "auto_detect" in profile.csv_options:
+        return None
+    import csv
+
+    from servlens.ingest.sniff import read_head
+
+    delim = str(profile.csv_options.get("delim", ","))
+    quote = str(profile.csv_options.get("quote", '"'))
+    head = read_head(path).decode("utf-8", "replace").splitlines()
+    if not head or not profile.csv_options.get("header", True):
+        return None
+    header = next(csv.reader([head[0]], delimiter=delim[:1] or ",", quotechar=quote[:1] or '"'))
+    if not header or len(set(header)) != len(header):
+        return None
+    options = dict(profile.csv_options, auto_detect=False, delim=delim, quote=quote,
+                   escape=str(profile.csv_options.get("escape", quote)), columns=dict.fromkeys(header, "VARCHAR"))
+    return replace(profile, csv_options=options)
 
 
 def _profile_error(profile: Profile, path: Path, exc: Exception) -> Exception:
@@ -397,12 +537,22 @@ def _check_every_line_read(con: duckdb.DuckDBPyConnection, source_ids: list[int]
         )
 
 
+def _add_long_line_rejects(con: duckdb.DuckDBPyConnection, long_lines: list[int]) -> None:
+    """Record the lines too long for the line reader as its rejects (it skips them without one), so each is a
+    counted error with its line number and the lines after it keep theirs."""
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS _sl_csv_rejects (line BIGINT, column_idx BIGINT, error_type VARCHAR, "
+                "csv_line VARCHAR, error_message VARCHAR)")
+    known = {r[0] for r in con.execute("SELECT DISTINCT line FROM _sl_csv_rejects").fetchall()}
+    for line in long_lines:
+        if line not in known:
+            con.execute("INSERT INTO _sl_csv_rejects (line, column_idx, error_type, csv_line, error_message) "
+                        "VALUES (?, 1, 'LINE SIZE OVER MAXIMUM', NULL, 'line too long')", [line])
+
+
 def _move_csv_rejects(con: duckdb.DuckDBPyConnection, source_ids: list[int], path: Path, keep_text: bool,
                       lines: bool = False) -> None:
     """Rows the CSV reader rejected are kept in ingest_errors with their line number: CSV rows it could not split,
     or (`lines`: a JSON-lines file read as lines) a line too long or not UTF-8."""
-    from servlens.errors import redact_sql
-
     exists = con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE table_name = '_sl_csv_rejects'"
     ).fetchone()[0]

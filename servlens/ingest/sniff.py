@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servlens.ingest.profiles import WRAPPERS, Profile, Wrapper
-from servlens.ingest.sources import base_suffix, compression_of
+from servlens.ingest.sources import base_suffix, compression_of, duckdb_path
 
 SAMPLE_LINES = 50
 HEAD_BYTES = 4 * 1024 * 1024
@@ -69,7 +69,7 @@ def sample_file(path: Path) -> FileSample:
         try:
             import duckdb
 
-            names = [r[0] for r in duckdb.execute(f"DESCRIBE SELECT * FROM read_parquet('{str(path).replace(chr(39), chr(39) * 2)}')").fetchall()]
+            names = [r[0] for r in duckdb.execute(f"DESCRIBE SELECT * FROM read_parquet({duckdb_path(path)})").fetchall()]
         except Exception as exc:  # noqa: BLE001 - any read failure is "not a readable parquet"
             return FileSample("binary", problem=f"not a readable Parquet file ({str(exc).splitlines()[0]})")
         return FileSample("parquet", header=names)

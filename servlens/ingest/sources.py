@@ -6,8 +6,15 @@ whether a file is new to a run, already there (skip), or changed at the same pat
 
 from __future__ import annotations
 
+import atexit
+import errno
 import glob
 import hashlib
+import os
+import re
+import shutil
+import stat
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,19 +42,87 @@ def one_transaction(con: duckdb.DuckDBPyConnection):
     con.execute("COMMIT")
 
 
-def expand_inputs(inputs: list[str] | tuple[str, ...]) -> list[tuple[Path, bool]]:
+_GLOB_CHARS = re.compile(r"([\[\]*?])")
+_alias_dir: str | None = None
+_aliases: dict[Path, str] = {}
+
+
+def duckdb_path(path: Path | str) -> str:
+    """`path` as a SQL string literal that DuckDB's readers open as that one file, never as a pattern.
+
+    DuckDB expands `[ ] * ?` in every path it is given (`spend[1].csv` would read `spend1.csv`). Each such
+    character is escaped as a one-character class (`[[]`); a path that also holds a backslash cannot be escaped
+    that way (DuckDB's glob has no escape for it), so it is read through a symlink with a plain name instead."""
+    text = str(path)
+    if _GLOB_CHARS.search(text):
+        if "\\" in text:
+            text = _plain_alias(Path(text))
+        else:
+            text = _GLOB_CHARS.sub(r"[\1]", text)
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _plain_alias(path: Path) -> str:
+    """A symlink to `path` under a private temporary folder (removed at exit), named without glob characters and
+    keeping the file's suffixes (DuckDB picks compression and format from them)."""
+    global _alias_dir
+    if path in _aliases:
+        return _aliases[path]
+    if _alias_dir is None:
+        _alias_dir = tempfile.mkdtemp(prefix="servlens-paths-")
+        atexit.register(shutil.rmtree, _alias_dir, True)
+    suffixes = "".join(s for s in Path(path.name).suffixes if re.fullmatch(r"\.[A-Za-z0-9]{1,8}", s))
+    alias = os.path.join(_alias_dir, f"{len(os.listdir(_alias_dir))}{suffixes}")
+    os.symlink(path.resolve(), alias)
+    _aliases[path] = alias
+    return alias
+
+
+def not_a_regular_file(path: Path) -> str | None:
+    """Why `path` cannot be read as a file (a FIFO would block forever, a loop or a dangling link has no content),
+    or None for a regular file (or a link to one) and a folder."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        if os.path.islink(path):
+            if exc.errno == errno.ELOOP:
+                return "a symbolic link loop"
+            return f"a symbolic link to nothing ({os.readlink(path)})"
+        return None  # missing: the caller says so
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+    return kind
+
+
+def expand_inputs(inputs: list[str] | tuple[str, ...],
+                  skipped: list[dict] | None = None) -> list[tuple[Path, bool]]:
     """Expand files, folders and globs into files, sorted, each with whether the user named it directly.
 
     A file the user named directly must be readable by some profile (else exit 2); a file found inside a folder or
-    by a glob that no profile recognises is listed as skipped instead (DESIGN.md Decisions, Ingest).
+    by a glob that no profile recognises is listed as skipped instead (DESIGN.md Decisions, Ingest). Entries of a
+    folder that are not regular files (FIFOs, sockets, symlink loops, dangling links) go to `skipped` with why.
     """
     found: list[tuple[Path, bool]] = []
     for item in inputs:
         path = Path(item)
+        problem = not_a_regular_file(path)
+        if problem:
+            raise InputError(f"{item} is {problem}, not a file servlens can read", "Name a regular file or a folder")
         if path.is_file():
             found.append((path.resolve(), True))
         elif path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p.relative_to(path)))
+            files = []
+            for p in sorted(path.rglob("*")):
+                if _hidden(p.relative_to(path)):
+                    continue
+                problem = not_a_regular_file(p)
+                if problem:
+                    if skipped is not None:
+                        skipped.append({"path": str(p.absolute()), "reason": problem})
+                elif p.is_file():
+                    files.append(p)
             found.extend((p.resolve(), False) for p in files)
         elif any(ch in item for ch in "*?["):
             matches = sorted(Path(m) for m in glob.glob(item, recursive=True) if Path(m).is_file())
@@ -78,6 +153,27 @@ def base_suffix(path: Path) -> str:
     return Path(name).suffix
 
 
+_MAGIC = {"gzip": b"\x1f\x8b", "zstd": b"\x28\xb5\x2f\xfd"}
+
+
+def compression_problem(path: Path) -> str | None:
+    """Why a .gz / .zst file is not what its name says (e.g. gzip data named .zst), from its first bytes."""
+    expected = compression_of(path)
+    if expected is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if not head or head.startswith(_MAGIC[expected]):
+        return None
+    actual = next((name for name, magic in _MAGIC.items() if head.startswith(magic)), None)
+    if actual:
+        return f"named as {expected} but holds {actual} data"
+    return f"named as {expected} but is not {expected} data"
+
+
 def compression_of(path: Path) -> str | None:
     """'gzip', 'zstd' or None, from the file name."""
     name = path.name.lower()
@@ -96,11 +192,18 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def file_sha256_and_lines(path: Path, chunk: int = 1 << 22) -> tuple[str, int | None]:
+def file_sha256_and_lines(path: Path, chunk: int = 1 << 22, long_line: int | None = None,
+                          long_lines: list[int] | None = None) -> tuple[str, int | None]:
     """The file's sha256 and its number of lines (a last line without a line break counts; a compressed file's lines
     are counted in its decompressed text), from one read. The count is independent of DuckDB's reader: the ingester
-    checks what it read against it. None when a compressed file cannot be decompressed here (DuckDB will say why)."""
+    checks what it read against it. None when a compressed file cannot be decompressed here (DuckDB will say why).
+
+    With `long_line` (bytes, at least `chunk`), the numbers of the lines longer than that are appended to
+    `long_lines`: DuckDB's line reader drops such a line without a reject, so the ingester records it itself."""
     digest = hashlib.sha256()
+    since_break = 0  # bytes of the current line so far
+    if long_line is not None:
+        chunk = min(chunk, long_line)  # a longer line then always spans blocks: one check per block suffices
     compression = compression_of(path)
     lines, last = 0, b"\n"
     decompressor = None
@@ -124,6 +227,14 @@ def file_sha256_and_lines(path: Path, chunk: int = 1 << 22) -> tuple[str, int | 
                         text += decompressor.decompress(rest)
                     block = text
                 if block and lines is not None:
+                    if long_line is not None and long_lines is not None:
+                        first = block.find(b"\n")
+                        if first < 0:
+                            since_break += len(block)
+                        else:
+                            if since_break + first > long_line:
+                                long_lines.append(lines + 1)
+                            since_break = len(block) - block.rfind(b"\n") - 1
                     lines += block.count(b"\n")
                     last = block[-1:]
     except Exception:  # a corrupt archive: no count; the reader reports the file
@@ -135,6 +246,8 @@ def file_sha256_and_lines(path: Path, chunk: int = 1 << 22) -> tuple[str, int | 
                 digest.update(block)
     if lines is not None and last != b"\n":
         lines += 1
+        if long_line is not None and long_lines is not None and since_break > long_line:
+            long_lines.append(lines)
     return digest.hexdigest(), lines
 
 

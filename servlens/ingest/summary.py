@@ -103,6 +103,9 @@ def ingest_text(report: dict, db_path: str | None = None) -> str:
                      f"{format_span(source.get('t_min'), source.get('t_max'), source.get('relative_clock'))}")
         for text in coverage_text(source.get("columns_filled") or {}):
             lines.append(f"  {text}")
+        if source.get("invalid_values"):
+            counts = ", ".join(f"{c} {n:,}" for c, n in source["invalid_values"].items())
+            lines.append(f"  impossible values stored as NULL (named in attrs.invalid_values): {counts}")
         if source.get("bad_lines"):
             first = (source.get("errors") or [{}])[0]
             where = f"line {first.get('line')}" if first.get("line") is not None else "the file"

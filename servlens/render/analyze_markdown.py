@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from servlens.analysis.workload import peak_rates
 from servlens.render import story
+from servlens.escape import md_escape as _md_escape
+from servlens.escape import strip_controls
 from servlens.render.analyze_text import headline, scope_text, value_text
 
 _ICON = {"critical": "🔴", "warning": "🟠", "info": "🔵"}
@@ -13,10 +15,8 @@ _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
 def md_escape(value) -> str:
-    text = value_text(value) if not isinstance(value, str) else value
-    for ch in ("\\", "|", "`", "*", "_", "<", ">", "[", "]"):
-        text = text.replace(ch, "\\" + ch)
-    return text.replace("\n", " ")
+    """A log value as literal Markdown on one line (servlens.escape); numbers as the text report shows them."""
+    return _md_escape(value_text(value) if not isinstance(value, str) else value)
 
 
 def render_analyze_markdown(doc: dict) -> str:
@@ -80,7 +80,7 @@ def render_analyze_markdown(doc: dict) -> str:
     if workload.get("summary"):
         out += ["### Workload", ""] + _peak_table(workload.get("runs") or {})
         out += [f"- {md_escape(line)}" for line in workload["summary"]] + [""]
-    return "\n".join(out)
+    return strip_controls("\n".join(out))
 
 
 MAX_PEAK_ROWS = 20

@@ -16,6 +16,7 @@ from typing import Any
 
 from servlens.analysis.workload import duration, peak_rates
 from servlens.render import story
+from servlens.escape import strip_controls
 
 WIDTH = 110
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -161,9 +162,13 @@ _COLORS = {"CRITICAL": "red", "WARNING": "yellow", "INFO": "blue", "FIRED": None
 
 def render_analyze_text(doc: dict, color: bool = False, verbose: bool = False) -> str:
     """The report as text; `color` adds ANSI colours to severities and headings (a terminal, never a file or
-    pipe); `verbose` adds the evidence of each finding, every check with its reason and the full workload."""
-    if color:
-        return _colorize(render_analyze_text(doc, verbose=verbose))
+    pipe); `verbose` adds the evidence of each finding, every check with its reason and the full workload.
+    Control characters from log values are stripped before servlens adds its own colours."""
+    text = strip_controls(_render_plain(doc, verbose))
+    return _colorize(text) if color else text
+
+
+def _render_plain(doc: dict, verbose: bool = False) -> str:
     cover = doc.get("coverage") or {}
     span = cover.get("time_span") or {}
     runs = doc["run"] if isinstance(doc["run"], list) else [doc["run"]]

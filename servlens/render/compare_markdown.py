@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from servlens.render.compare_text import (EXIT_OF, context_lines, coverage_sentence, fmt_change, fmt_delta,
                                          fmt_value, gate_label, short_cohort)
+from servlens.escape import md_code, md_escape, strip_controls
 
 BADGE = {"pass": "✅ pass", "fail": "❌ fail", "inconclusive": "⚠️ inconclusive"}
 
 
-def _cell(text) -> str:
-    """Escape what would break a table cell or start markup (log-derived labels are untrusted)."""
-    text = str(text)
-    for ch in ("\\", "|", "*", "_", "`", "<", ">", "[", "]"):
-        text = text.replace(ch, "\\" + ch)
-    return text.replace("\n", " ")
+# Log-derived labels are untrusted: every field is escaped (servlens.escape), run labels as code spans.
+_cell = md_escape
 
 
 def render_compare_markdown(doc: dict) -> str:
@@ -21,11 +18,11 @@ def render_compare_markdown(doc: dict) -> str:
     before, after = doc["before"], doc["after"]
     lines = [f"### servlens compare: {BADGE[verdict]} (exit {EXIT_OF[verdict]})", "",
              _cell(doc["reason"]), "",
-             f"**before** `{before['run']}` · {before['requests']:,} requests — "
-             f"**after** `{after['run']}` · {after['requests']:,} requests"]
+             f"**before** {md_code(before['run'])} · {before['requests']:,} requests — "
+             f"**after** {md_code(after['run'])} · {after['requests']:,} requests"]
     cov = doc.get("coverage")
     if cov:
-        lines.append(f"Coverage: {coverage_sentence(cov)}.")
+        lines.append(f"Coverage: {_cell(coverage_sentence(cov))}.")
     gates = doc.get("gates", [])
     if gates:
         lines += ["", "| gate | cohorts | before | after | change [interval] | tolerance | verdict |",
@@ -63,4 +60,4 @@ def render_compare_markdown(doc: dict) -> str:
         lines += ["", f"_Note: {_cell(note)}._"]
     for merged in doc.get("merged_bands", []):
         lines += ["", f"_Bands merged: {_cell(merged)}._"]
-    return "\n".join(lines) + "\n"
+    return strip_controls("\n".join(lines) + "\n")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from servlens.escape import strip_controls
+
 EXIT_OF = {"pass": 0, "fail": 1, "inconclusive": 3}
 
 
@@ -149,4 +151,4 @@ def render_compare_text(doc: dict) -> str:
     for merged in doc.get("merged_bands", []):
         out.append(f"Bands merged: {merged}.")
     out += ["", f"Verdict: {verdict}. {doc['reason']}"]
-    return "\n".join(out) + "\n"
+    return strip_controls("\n".join(out) + "\n")  # log values (run labels, cohorts) hold no control characters

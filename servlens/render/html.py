@@ -73,15 +73,21 @@ def render_html(doc: dict, templates_dir: str | Path | None = None) -> str:
             f"Cannot render a document of kind {kind!r} as an HTML report",
             "HTML reports exist for 'analyze' and 'compare' results",
         )
+    import jinja2
+
     environment = _environment(templates_dir)
-    template = environment.get_template(f"{kind}.html")
     builder = _ReportBuilder(doc)
     token = _RELATIVE_CLOCK.set(builder.relative_clock)
     try:
         page = ""
         for limits in LIMIT_LEVELS:
             context = builder.context(limits)
-            page = template.render(**context)
+            try:
+                page = environment.get_template(f"{kind}.html").render(**context)
+            except jinja2.TemplateError as exc:  # a user template: a missing include, a syntax error, a sandbox refusal
+                where = f" ({exc.filename}, line {exc.lineno})" if getattr(exc, "lineno", None) else ""
+                raise ConfigError(f"The report template cannot be rendered{where}: {exc.message or exc}",
+                                  "Check the templates in --templates (docs/security.md says what they may do)") from None
             if len(page.encode("utf-8")) <= MAX_REPORT_BYTES:
                 return page
         return page
@@ -102,7 +108,14 @@ def _environment(templates_dir: str | Path | None):
         loaders.append(jinja2.FileSystemLoader(str(folder)))
     loaders.append(jinja2.PrefixLoader({"default": builtin}, delimiter=":"))
     loaders.append(builtin)
-    environment = jinja2.Environment(
+    # A user's templates run in jinja2's sandbox (no attribute access to Python internals, no calls of unsafe
+    # methods); the built-in ones render as before.
+    environment_class = jinja2.Environment
+    if templates_dir is not None:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        environment_class = ImmutableSandboxedEnvironment
+    environment = environment_class(
         loader=jinja2.ChoiceLoader(loaders),
         autoescape=True,
         undefined=jinja2.ChainableUndefined,
