@@ -96,7 +96,9 @@ def _member_sql(finding: dict) -> str:
     condition, windowed = MEMBERS[finding["rule"]]
     metrics = finding["evidence"].get("metrics") or {}
     if finding["rule"] == "SL011" and metrics.get("limit_s") is not None and metrics.get("band_start_s") is not None:
-        condition = f"({FAILED} AND e2e_s BETWEEN {float(metrics['band_start_s'])} AND {float(metrics['limit_s'])})"
+        # The band of durations the timeouts fell in: from the limit up to band_end_s where SL011 names one.
+        high = metrics.get("band_end_s") if metrics.get("band_end_s") is not None else metrics["limit_s"]
+        condition = f"({FAILED} AND e2e_s BETWEEN {float(metrics['band_start_s'])} AND {float(high)})"
     where = [_scope_where(finding["scope"]), condition]
     windows = finding["evidence"].get("windows") or []
     if windowed and windows:
