@@ -39,12 +39,12 @@ SECRET_PATTERNS: list[tuple[str, re.Pattern, str]] = [
         r"\1" + REDACTED),
 ]
 
-# Any of the patterns could match: a cheap test that lets SQL skip the replacements on the (many) clean values.
-_PREFILTER = re.compile(
-    r"(?i)://|[?&][a-z_-]*=|bearer|basic|sk-|[rsp]k_(?:live|test)|xox|ya29\.|AIza|AKIA|ASIA|"
-    r"(?:hf|gsk|xai|pplx|gh[opsu]|github_pat)_|glpat-|"
-    r"eyJ|key|secret|token|passw"
-)
+# Any of the patterns could match: one test (RE2 runs an alternation in one linear pass) that lets SQL skip the
+# replacements on the clean values. It is the patterns themselves, case-insensitive, so it is a superset of them by
+# construction; a looser word list ("key", "token", "://") matched nearly every gateway row (api_base, metadata
+# keys) and made ingest rewrite every row through every replacement (100k LiteLLM rows: 4.4 s -> 12.4 s).
+_PREFILTER = re.compile("(?i)" + "|".join(f"(?:{pattern.pattern.replace('(?i)', '')})"
+                                          for _, pattern, _ in SECRET_PATTERNS))
 
 
 def redact_secrets(text: str) -> str:
