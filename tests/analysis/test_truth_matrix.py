@@ -12,21 +12,15 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # tools/ is not installed; the matrix is imported from the checkout
     sys.path.insert(0, str(REPO))
 
-from tools.truth.matrix import Cell, analyze_document, cells_for, load_truth, matches  # noqa: E402
+from tools.truth.matrix import Cell, cells_for, load_truth, matches  # noqa: E402
+from tools.truth.matrix import documents as analyze_each_command  # noqa: E402
 
 ENTRIES = load_truth()
 
 
 @pytest.fixture(scope="module")
 def documents(tmp_path_factory) -> dict[tuple, dict]:
-    """One analyze per distinct command line (a folder holding several runs is analysed once)."""
-    done: dict[tuple, dict] = {}
-    for entry in ENTRIES:
-        key = tuple(entry["analyze"])
-        if key not in done:
-            args = [a if a.startswith("-") else str(REPO / a) for a in entry["analyze"]]
-            done[key] = analyze_document(args, tmp_path_factory.mktemp("truth"))
-    return done
+    return analyze_each_command(ENTRIES, tmp_path_factory.mktemp("truth"))
 
 
 def test_the_matrix_covers_at_least_20_runs_and_every_rule_of_each():

@@ -106,19 +106,26 @@ def cells_for(entry: dict, document: dict) -> tuple[list[Cell], list[str]]:
     return cells, misses
 
 
+def documents(entries: list[dict], workdir: Path) -> dict[tuple, dict]:
+    """One analyze per distinct command line (a folder holding several runs is analysed once), keyed by it."""
+    done: dict[tuple, dict] = {}
+    for entry in entries:
+        key = tuple(entry["analyze"])
+        if key not in done:
+            args = [a if a.startswith("-") else str(REPO / a) for a in entry["analyze"]]
+            done[key] = analyze_document(args, workdir)
+    return done
+
+
 def check_all(entries: list[dict] | None = None) -> tuple[list[Cell], list[str]]:
     entries = entries if entries is not None else load_truth()
-    cache: dict[tuple, dict] = {}
     cells, misses = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for entry in entries:
-            key = tuple(entry["analyze"])
-            if key not in cache:
-                args = [a if a.startswith("-") else str(REPO / a) for a in entry["analyze"]]
-                cache[key] = analyze_document(args, Path(tmp))
-            got, missed = cells_for(entry, cache[key])
-            cells += got
-            misses += missed
+        docs = documents(entries, Path(tmp))
+    for entry in entries:
+        got, missed = cells_for(entry, docs[tuple(entry["analyze"])])
+        cells += got
+        misses += missed
     return cells, misses
 
 

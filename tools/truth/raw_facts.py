@@ -64,7 +64,6 @@ def facts(folder: Path) -> dict:
         ttft = [r["ttft_client_s"] for r in rs if r.get("ttft_client_s") is not None]
         waits = [r["ttft_client_s"] - t["prompt_ms"] / 1000 for r, t in zip(rs, timings)
                  if r.get("ttft_client_s") is not None and t.get("prompt_ms") is not None]
-        content = [r.get("stream_content") if r.get("stream") or "stream_content" in r else None for r in rs]
         think_in_content = sum(1 for r in rs if "<think>" in (r.get("stream_content") or "")
                                or "<think>" in json.dumps((r.get("response") or {}).get("choices", "")))
         reasoning = sum(1 for r in rs if r.get("stream_reasoning_content")

@@ -103,19 +103,16 @@ def detect(ctx: DetectorContext) -> dict:
     # A fallback attempt is marked by fallback_from (gateways); a served_model that merely differs from the requested
     # name is how engines answer ("tiny" served as "models/small.gguf") and says nothing about fallbacks. Its cap is
     # compared with the cap of the first attempt of its own trace (clients send different caps: a scope-wide median
-    # would call a 32-token request's fallback "smaller" than the 96 others asked for).
+    # would call a 32-token request's fallback "smaller" than the 96 others asked for). first_attempt has only
+    # trace_id and primary_cap, so CAPPED and KNOWN read the fallback's own columns unqualified.
     fallback = ctx.rows(f"""
         WITH first_attempt AS (
             SELECT trace_id, arg_min(max_tokens, coalesce(attempt, 0)) AS primary_cap FROM requests
             WHERE run = ? AND trace_id IS NOT NULL AND fallback_from IS NULL GROUP BY trace_id)
         SELECT f.served_model, f.max_tokens AS cap, p.primary_cap, count(*) AS n,
-               count(*) FILTER (WHERE {CAPPED.replace('completion_tokens', 'f.completion_tokens')
-                                        .replace('max_tokens', 'f.max_tokens').replace('finish_reason', 'f.finish_reason')})
-                 AS capped
+               count(*) FILTER (WHERE {CAPPED}) AS capped
         FROM scope_requests f JOIN first_attempt p USING (trace_id)
-        WHERE {KNOWN.replace('status', 'f.status').replace('finish_reason', 'f.finish_reason')
-                    .replace('completion_tokens', 'f.completion_tokens').replace('max_tokens', 'f.max_tokens')}
-          AND f.fallback_from IS NOT NULL AND f.max_tokens < p.primary_cap
+        WHERE {KNOWN} AND f.fallback_from IS NOT NULL AND f.max_tokens < p.primary_cap
         GROUP BY 1, 2, 3 ORDER BY capped DESC LIMIT 3""", [ctx.scope.run]) if ctx.has("fallback_from", "trace_id") else []
     smaller_fallback = [f for f in fallback if f["capped"]]
     # 'length' below the cap the request asked for has two causes. llama.cpp reports length for any stop that is not
