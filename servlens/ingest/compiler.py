@@ -53,8 +53,9 @@ _FINISH_MAP = {
              "finish", "finished"),
     "length": ("length", "max_tokens", "limit", "max_length", "model_length", "max_output_tokens", "token_limit",
                "max_completion_tokens"),
-    "tool_calls": ("tool_calls", "tool_call", "function_call", "tool_use"),
-    "content_filter": ("content_filter", "safety", "recitation", "blocklist", "prohibited_content", "spii",
+    # hyphenated: the Vercel AI SDK's finish reasons ("tool-calls", "content-filter"), as Langfuse stores them
+    "tool_calls": ("tool_calls", "tool_call", "function_call", "tool_use", "tool-calls"),
+    "content_filter": ("content_filter", "content-filter", "safety", "recitation", "blocklist", "prohibited_content", "spii",
                        "refusal"),
     "abort": ("abort", "aborted", "cancelled", "canceled", "cancel", "client_disconnect", "client_closed"),
     "error": ("error", "failed", "failure", "exception"),
