@@ -42,3 +42,27 @@ def test_openlit_server_ttft_tpot_and_stream_flag(rows):
     assert span["ttft_s"] == pytest.approx(0.412) and span["tpot_s"] == pytest.approx(0.0155)
     assert span["stream"] is True and span["e2e_s"] == pytest.approx(2.0)
     assert span["decode_s"] == pytest.approx(2.0 - 0.412)
+
+
+OPENLLMETRY = FORMATS / "otel" / "otel-openllmetry-recorded.jsonl"
+
+
+def test_recorded_openllmetry_spans_from_a_real_engine():
+    """opentelemetry-instrumentation-openai 0.62.4 around the openai client calling llama-server (recorded here)."""
+    assert sniffed_name(OPENLLMETRY) == "otel-genai-spans"
+    source, rows, _ = ingest_rows(OPENLLMETRY, order="t_arrival")
+    assert (source["rows"], source["bad_lines"]) == (4, 0)
+    plain, streamed, cut, failed = rows
+    assert (plain["model"], plain["provider"], plain["deployment"]) == ("tiny", "openai", "http://127.0.0.1:18431/v1")
+    # the semconv cached count; the first call filled the slot, the next two reuse 244 of 245 prompt tokens
+    assert [(r["prompt_tokens"], r["cached_tokens"]) for r in (plain, streamed, cut)] == [(245, 0), (245, 244), (245, 244)]
+    assert (plain["stream"], plain["finish_reason"], plain["completion_tokens"]) == (False, "stop", 6)
+    assert plain["ttft_s"] is None  # not streamed: no chunk events, and no TTFT attribute
+    # gen_ai.is_streaming, and TTFT from the first gen_ai.content.completion.chunk event
+    assert (streamed["stream"], streamed["finish_reason"], streamed["completion_tokens"]) == (True, "length", 24)
+    assert streamed["ttft_s"] == pytest.approx(0.068334178) and streamed["e2e_s"] == pytest.approx(0.110024931)
+    assert (cut["finish_reason"], cut["max_tokens"]) == ("length", 4)
+    # the engine's 400 (prompt larger than the slot's context) as the client raised it
+    assert (failed["status"], failed["http_status"], failed["error_type"]) == ("error", 400, "BadRequestError")
+    assert "exceeds the available context size" in failed["error_message"]
+    assert (failed["prompt_tokens"], failed["finish_reason"]) == (None, "error")
