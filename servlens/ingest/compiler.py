@@ -50,7 +50,7 @@ REASONING_MARKERS = (
 
 _FINISH_MAP = {
     "stop": ("stop", "eos", "eos_token", "end_turn", "stop_sequence", "end", "complete", "completed", "stopped",
-             "finish", "finished"),
+             "finish", "finished", "word"),  # llama.cpp stop_type "word": a stop string matched
     "length": ("length", "max_tokens", "limit", "max_length", "model_length", "max_output_tokens", "token_limit",
                "max_completion_tokens"),
     # hyphenated: the Vercel AI SDK's finish reasons ("tool-calls", "content-filter"), as Langfuse stores them

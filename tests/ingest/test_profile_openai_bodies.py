@@ -37,3 +37,28 @@ def test_bodies_with_engine_timings():
     assert cached["cached_tokens"] == cached["attrs"]["llamacpp_cache_n"] > 0
     assert cached["ttft_s"] is None and cached["queue_s"] is None
     assert {r["finish_reason"] for r in rows} == {"stop", "length"}
+
+
+COMPLETION = FORMATS / "llamacpp-completion" / "completion-bodies.jsonl"
+
+
+def test_llamacpp_completion_bodies_recorded_from_llama_server():
+    assert sniffed_name(COMPLETION) == "llamacpp-completion-body"
+    source, rows, con = ingest_rows(COMPLETION)
+    # the 400 answer (exceed_context_size_error) has none of the body's fields: a counted bad line
+    assert (source["rows"], source["bad_lines"]) == (5, 1)
+    (line, reason), = con.execute("SELECT line, reason FROM ingest_errors").fetchall()
+    assert line == 6 and "missing" in reason
+    first, limit, word, eos1, uncached = rows
+    assert (first["provider"], first["endpoint"], first["model"], first["stream"]) == ("llama.cpp", "/completion", "tiny", False)
+    # tokens_cached (168) is n_past, not the cache hit: the hit is timings.cache_n
+    assert (first["prompt_tokens"], first["cached_tokens"], first["attrs"]["n_past"]) == (161, 0, 168)
+    assert (limit["prompt_tokens"], limit["cached_tokens"], limit["attrs"]["prompt_uncached"]) == (160, 156, 4)
+    assert (limit["finish_reason"], limit["finish_reason_raw"], limit["max_tokens"]) == ("length", "limit", 16)
+    assert (word["finish_reason"], word["finish_reason_raw"], word["attrs"]["stopping_word"]) == ("stop", "word", "e")
+    assert (eos1["finish_reason"], eos1["completion_tokens"]) == ("stop", 1)
+    assert (uncached["cached_tokens"], uncached["prompt_tokens"]) == (0, 161)  # cache_prompt false
+    # engine timings (ms -> s); no clock and no TTFT in the body
+    assert first["prefill_s"] == pytest.approx(0.119419) and first["decode_s"] == pytest.approx(0.00429)
+    assert first["e2e_s"] == pytest.approx(0.123709)
+    assert all(r["t_arrival"] is None and r["ttft_s"] is None and r["request_id"] is None for r in rows)
