@@ -66,3 +66,23 @@ def test_recorded_openllmetry_spans_from_a_real_engine():
     assert (failed["status"], failed["http_status"], failed["error_type"]) == ("error", 400, "BadRequestError")
     assert "exceeds the available context size" in failed["error_message"]
     assert (failed["prompt_tokens"], failed["finish_reason"]) == (None, "error")
+
+
+OPENLIT = FORMATS / "otel" / "otel-openlit-recorded.jsonl"
+
+
+def test_recorded_openlit_spans_keep_server_times_for_streams_only():
+    """openlit 1.45.0 around the openai client calling llama-server (recorded here), with its httpx spans beside."""
+    assert sniffed_name(OPENLIT) == "otel-genai-spans"
+    source, rows, _ = ingest_rows(OPENLIT, order="t_arrival")
+    # 8 export lines: each chat span with the httpx POST span under it, which is no row
+    assert (source["rows"], source["bad_lines"]) == (4, 0)
+    plain, streamed, cut, failed = rows
+    assert (plain["deployment"], plain["provider"], plain["stream"]) == ("127.0.0.1:18431", "openai", False)
+    # not streamed: OpenLIT's time_to_first_token is the whole call and its TPOT "0": neither is kept
+    assert plain["ttft_s"] is None and plain["tpot_s"] is None and plain["e2e_s"] == pytest.approx(0.307324161)
+    assert (streamed["stream"], streamed["completion_tokens"], streamed["cached_tokens"]) == (True, 14, 244)
+    assert streamed["ttft_s"] == pytest.approx(0.007726907730102539)
+    assert streamed["tpot_s"] == pytest.approx(0.0009018103281656901)
+    assert (cut["max_tokens"], cut["completion_tokens"], cut["finish_reason"]) == (4, 3, "stop")
+    assert (failed["status"], failed["http_status"], failed["error_type"]) == ("error", 400, "BadRequestError")

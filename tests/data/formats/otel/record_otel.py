@@ -3,7 +3,7 @@
 Not part of the test suite: how `otel-openllmetry-recorded.jsonl` and `otel-openlit-recorded.jsonl` were made (see
 ATTRIBUTION.md). Run it with a virtualenv that has `openai`, `opentelemetry-sdk`,
 `opentelemetry-exporter-otlp-proto-common` and the instrumentation (`opentelemetry-instrumentation-openai` for
-OpenLLMetry, `openlit` for OpenLIT), against a llama-server started by tools/engine:
+OpenLLMetry, `openlit` 1.45 for OpenLIT, which needs opentelemetry-sdk < 1.40), against a llama-server started by tools/engine:
 
     python record_otel.py openllmetry http://127.0.0.1:18431/v1 out.jsonl
 
@@ -82,7 +82,8 @@ def main() -> None:
     elif flavour == "openlit":
         import openlit
 
-        openlit.init(tracer=trace.get_tracer("openlit"), disable_metrics=True, collect_gpu_stats=False,
+        # openlit reuses the SDK TracerProvider set above (openlit/otel/tracing.py, setup_tracing)
+        openlit.init(application_name="servlens-record-openlit", disable_metrics=True, disable_batch=True,
                      capture_message_content=True)
     else:
         raise SystemExit(f"unknown flavour {flavour}")
