@@ -1,0 +1,44 @@
+"""Engine scrapes that came from the engines (tests/data/formats/metrics/ATTRIBUTION.md): their role metrics parse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servlens.ingest.metrics import TEXT_FORMAT, ingest_metrics_file, sniff_metrics
+from servlens.ingest.sources import decide_source
+
+SCRAPES = Path(__file__).resolve().parents[1] / "data" / "formats" / "metrics"
+
+
+def _ingest(con, path: Path, run: str):
+    decision = decide_source(con, run, "metrics", path.resolve())
+    con.execute("BEGIN")
+    ingest_metrics_file(con, path.resolve(), run=run, decision=decision)
+    con.execute("COMMIT")
+
+
+def test_sglang_docs_scrape_role_metrics(con):
+    path = SCRAPES / "sglang-docs-metrics.prom"
+    assert sniff_metrics(path) == TEXT_FORMAT
+    _ingest(con, path, "sglang-docs")
+    values = dict(con.execute(
+        "SELECT name, value FROM metric_samples WHERE type IN ('gauge', 'counter')").fetchall())
+    # the roles: waiting, running, KV usage (a 0-1 fraction), prefix-cache hit rate (a gauge, not counters)
+    assert values["sglang:num_queue_reqs"] == 2826.0
+    assert values["sglang:num_running_reqs"] == 162.0
+    assert values["sglang:token_usage"] == pytest.approx(0.28)
+    assert values["sglang:cache_hit_rate"] == pytest.approx(0.007507552643049313)
+    # counters are stored under their family name (the exposition adds _total)
+    assert values["sglang:prompt_tokens"] == 8.128902e06
+    types = dict(con.execute("SELECT DISTINCT name, type FROM metric_samples").fetchall())
+    assert types["sglang:num_queue_reqs"] == "gauge" and types["sglang:prompt_tokens"] == "counter"
+    ttft_inf = con.execute(
+        "SELECT value FROM metric_samples WHERE name = 'sglang:time_to_first_token_seconds' "
+        "AND series = 'bucket' AND isinf(le)").fetchone()
+    assert ttft_inf == (11008.0,)
+    # the older histogram name is stored under the current one, the raw name kept
+    renamed = con.execute("SELECT DISTINCT name FROM metric_samples "
+                          "WHERE name_raw = 'sglang:time_per_output_token_seconds_bucket'").fetchall()
+    assert renamed == [("sglang:inter_token_latency_seconds",)]
