@@ -14,9 +14,9 @@ SAMPLE = FORMATS / "tgi" / "tgi-router.jsonl"
 def test_durations_in_mixed_units_become_seconds():
     assert sniffed_name(SAMPLE) == "tgi-router-json"
     source, rows, con = ingest_rows(SAMPLE)
-    # the "Connected" startup line is not a request (where), and not a bad line either
-    assert (source["rows"], source["bad_lines"]) == (2, 0)
-    ok, failed = rows
+    # the two "Connected" startup lines are not requests (where), and not bad lines either
+    assert (source["rows"], source["bad_lines"]) == (3, 0)
+    ok, failed, real_error = rows
     assert ok["e2e_s"] == pytest.approx(0.357867572, abs=1e-12)
     assert ok["queue_s"] == pytest.approx(49.382e-6, abs=1e-12)  # "49.382µs"
     assert ok["attrs"]["validation_s"] == pytest.approx(1.96844e-3, abs=1e-12)
@@ -29,3 +29,7 @@ def test_durations_in_mixed_units_become_seconds():
     assert (failed["status"], failed["error_type"], failed["http_status"]) == ("error", "validation", 422)
     assert failed["t_arrival"] is None and failed["e2e_s"] is None and failed["stream"] is True
     assert failed["finish_reason"] == "error"
+    # a real TGI --json-output error line: the bare validation message from text_generation_router::infer
+    assert (real_error["status"], real_error["error_type"], real_error["http_status"]) == ("error", "validation", 422)
+    assert real_error["t_end"] == datetime(2024, 10, 25, 22, 35, 49, 174225) and real_error["stream"] is True
+    assert real_error["error_message"].startswith("`inputs` tokens + `max_new_tokens` must be <= 2048")
