@@ -13,7 +13,7 @@ SAMPLE = FORMATS / "tgi" / "tgi-router.jsonl"
 
 def test_durations_in_mixed_units_become_seconds():
     assert sniffed_name(SAMPLE) == "tgi-router-json"
-    source, rows, con = ingest_rows(SAMPLE)
+    source, rows, _ = ingest_rows(SAMPLE)
     # the two "Connected" startup lines are not requests (where), and not bad lines either
     assert (source["rows"], source["bad_lines"]) == (3, 0)
     ok, failed, real_error = rows

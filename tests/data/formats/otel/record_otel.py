@@ -38,7 +38,7 @@ def _hex_ids(node):
 
 class OtlpJsonLinesExporter(SpanExporter):
     def __init__(self, path: str):
-        self.out = open(path, "w", encoding="utf-8")
+        self.out = open(path, "w", encoding="utf-8")  # noqa: SIM115 - open for the exporter's life, closed in shutdown()
 
     def export(self, spans):
         request = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
