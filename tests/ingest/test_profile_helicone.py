@@ -38,3 +38,15 @@ def test_csv_latency_column_is_empty_so_e2e_comes_from_the_timestamps():
     assert ok["ttft_s"] is None and ok["cached_tokens"] is None
     assert (ok["prompt_tokens"], ok["completion_tokens"], ok["stream"], ok["max_tokens"]) == (1536, 120, True, 256)
     assert rows[1]["status"] == "error" and rows[1]["http_status"] == 429
+
+
+def test_helicone_own_fixture_without_a_response_keeps_unknowns_unknown():
+    path = FORMATS / "helicone" / "helicone-test-fixture.jsonl"
+    assert sniffed_name(path) == "helicone-export"
+    source, rows, _ = ingest_rows(path)
+    assert (source["rows"], source["bad_lines"]) == (1, 0)
+    (row,) = rows
+    # no stored response: times and counts unknown; "unknown" is Helicone's placeholder, not a model
+    assert row["e2e_s"] is None and row["t_end"] is None and row["ttft_s"] is None
+    assert (row["prompt_tokens"], row["completion_tokens"], row["cached_tokens"]) == (None, None, None)
+    assert (row["model"], row["served_model"], row["provider"]) == (None, "gemini-2.0-flash", "google")
