@@ -148,7 +148,8 @@ def test_sl003_judges_streamed_rows_too():
     m = clear["evidence"]["metrics"]
     assert (m["requests"], m["leaking"], m["responses_with_reasoning"]) == (40, 0, 40)
     # streamed and non-streamed answers split reasoning the same way: the disagreement pattern is not even armed
-    assert "stream_mode_disagreement" not in m
+    # (the SQL SL003 reports the pattern's key with NULL when it is not armed; the Python one left it out)
+    assert m.get("stream_mode_disagreement") is None
 
 
 # ---------------------------------------------------------------------------------------------------------------
