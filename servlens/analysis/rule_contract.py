@@ -43,7 +43,7 @@ CHART_TYPES = ("line", "step", "bar", "scatter", "cdf")
 _VIEW_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # Views the runner makes for every rule: a rule's own view may not shadow them.
 RESERVED_VIEWS = ("scope_requests", "scope_metrics", "scope_counter_increases", "scope_windows", "scope_role_samples",
-                  "metric_roles", "rule_metrics", "requests", "metric_samples", "sources", "runs")
+                  "metric_roles", "format_columns", "rule_metrics", "requests", "metric_samples", "sources", "runs")
 
 DECIDE_KEYS = ("not_evaluable", "reason", "fired", "severity")
 SEVERITY_KEYS = ("level", "when")

@@ -213,9 +213,18 @@ def substitute_params(sql: str, params: dict[str, Any]) -> str:
     return "".join(out)
 
 
+_PREPARED: dict[tuple[str, str], str] = {}
+
+
 def prepare(sql: str, params: dict[str, Any]) -> str:
-    """Macros expanded, then parameters substituted: the SQL servlens runs."""
-    return substitute_params(expand_macros(sql, params), params)
+    """Macros expanded, then parameters substituted: the SQL servlens runs. Kept per (SQL, parameters): a rule's
+    SQL is prepared once per analysis, not once per scope (sqlglot's tokenizer is most of a small rule's time)."""
+    key = (sql, repr(sorted(params.items())))
+    if key not in _PREPARED:
+        if len(_PREPARED) > 2000:
+            _PREPARED.clear()
+        _PREPARED[key] = substitute_params(expand_macros(sql, params), params)
+    return _PREPARED[key]
 
 
 def used_params(sql: str) -> set[str]:

@@ -39,7 +39,7 @@ from servlens.analysis.rules import SEVERITIES, STATES, Requirement, Rule, valid
 from servlens.analysis.sql_rules import run_contract, run_sql
 from servlens.analysis.windows import WindowSpec, iso, spec_for
 from servlens.errors import ConfigError
-from servlens.store import metric_roles
+from servlens.store import format_columns, metric_roles
 from servlens.store.schema import REQUEST_COLUMNS
 
 SCHEMA_VERSION = 1
@@ -181,6 +181,7 @@ def set_scope_views(con: duckdb.DuckDBPyConnection, scope: Scope) -> WindowSpec 
     """Point the scope views at `scope` (and make sure the roles table and the rule functions exist); the scope's
     window layout, None when no request has a time."""
     metric_roles.install(con)
+    format_columns.install(con)
     sql_functions.register(con)
     where = " AND ".join([_eq("run", scope.run), _eq("model", scope.model), _eq("deployment", scope.deployment)])
     t0, t1 = con.execute(f"SELECT min({T_AT}), max({T_AT}) FROM requests WHERE {where}").fetchone()

@@ -182,8 +182,9 @@ def run_contract(con: duckdb.DuckDBPyConnection, rule, params: dict[str, Any]) -
     created: list[tuple[str, str]] = []
     try:
         for name, sql in contract.views.items():
-            run_sql(con, rule, f"views.{name}", sql, params, prefix=f"CREATE OR REPLACE TEMP VIEW {name} AS ")
-            created.append(("VIEW", name))
+            # materialised: a view would be re-run by every query that reads it (SL013's read five times)
+            run_sql(con, rule, f"views.{name}", sql, params, prefix=f"CREATE OR REPLACE TEMP TABLE {name} AS ")
+            created.append(("TABLE", name))
         run_sql(con, rule, "detector.sql", rule.sql, params, prefix="CREATE OR REPLACE TEMP TABLE rule_metrics AS ")
         created.append(("TABLE", "rule_metrics"))
         rows = _dicts(con.execute("SELECT * FROM rule_metrics"))
@@ -217,6 +218,8 @@ def run_contract(con: duckdb.DuckDBPyConnection, rule, params: dict[str, Any]) -
                   "summary": fill_template(getattr(contract.summary, state), values)}
         if state == "not_evaluable":
             result["reason"] = fill_template(decide.reason, values)
+        elif state == "fired" and row.get("_remediation"):
+            result["remediation"] = row["_remediation"]  # what to do depends on what was found (one line per cause)
         return result
     finally:
         for kind, name in reversed(created):
