@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from servlens.errors import ConfigError
+from servlens.sandbox import check_rule_sql, is_user_rule
 from servlens.store.schema import REQUEST_COLUMNS
 
 SEVERITIES = ("info", "warning", "critical")
@@ -345,6 +346,8 @@ def parse_rule(data: dict, path: Path) -> Rule:
             raise _bad(path, f"{where}.default", f"{param.default!r} is outside its own bounds", param.allowed()) from None
         params[pname] = param
 
+    if sql is not None and is_user_rule(path):
+        check_rule_sql(sql, f"{path}: detector.sql")  # issue 15: one SELECT over the scope views
     if sql is not None:
         used = set(re.findall(r"\$([a-z][a-z0-9_]*)", sql))
         undeclared = sorted(used - set(params))

@@ -36,6 +36,7 @@ from servlens import __version__
 from servlens.analysis.rules import SEVERITIES, STATES, Requirement, Rule, validate_params
 from servlens.analysis.windows import WindowSpec, iso, spec_for
 from servlens.errors import ConfigError
+from servlens.sandbox import check_detector_result, guard_rule_sql
 from servlens.store.schema import REQUEST_COLUMNS
 
 SCHEMA_VERSION = 1
@@ -257,6 +258,7 @@ def _run_sql_detector(ctx: DetectorContext) -> dict:
 
     used = set(re.findall(r"\$([a-z][a-z0-9_]*)", ctx.rule.sql))
     params = {name: ctx.params[name] for name in used}
+    guard_rule_sql(ctx.con, ctx.rule.sql, f"{ctx.rule.path}: detector.sql", ctx.rule.path)  # issue 15: sandbox
     try:
         found = ctx.rows(ctx.rule.sql, params or None)
     except duckdb.Error as exc:
@@ -297,7 +299,8 @@ def evaluate(con: duckdb.DuckDBPyConnection, rule: Rule, scope: Scope, params: d
                        "reason": missing_reason(rule, columns, metrics)}
     ctx = DetectorContext(con, rule, scope, params, columns, metrics, available, relative_clock,
                           set(source_formats or ()))
-    result = rule.resolve_python()(ctx) if rule.python else _run_sql_detector(ctx)
+    result = check_detector_result(rule.id, rule.detector, rule.resolve_python()(ctx) if rule.python
+                                   else _run_sql_detector(ctx))
     state = result.get("state")
     if state not in STATES:
         raise ConfigError(f"{rule.id}'s detector returned state {state!r}", "A detector returns fired, clear or not_evaluable")
