@@ -58,6 +58,8 @@ class SourceResult:
     first_errors: list[dict] = field(default_factory=list)
     note: str | None = None
     invalid_values: dict[str, int] = field(default_factory=dict)  # column -> values stored as NULL (impossible)
+    unparsed_times: dict[str, int] = field(default_factory=dict)  # column -> times there that did not read (NULL)
+    converted_times: dict[str, int] = field(default_factory=dict)  # column -> epochs read in a larger unit
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -81,6 +83,10 @@ class SourceResult:
             out["note"] = self.note
         if self.invalid_values:
             out["invalid_values"] = self.invalid_values
+        if self.unparsed_times:
+            out["unparsed_times"] = self.unparsed_times
+        if self.converted_times:
+            out["converted_times"] = self.converted_times
         out.update(self.extra)
         return out
 
@@ -141,6 +147,23 @@ def null_impossible_values(con: duckdb.DuckDBPyConnection, where: str, relative_
         f"WHERE ({where}) AND status <> '{BAD_ROW_STATUS}' AND ({' OR '.join(tests[c] for c in found)})"
     )
     return found
+
+
+def count_time_notes(con: duckdb.DuckDBPyConnection, where: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Per column, the times of the rows `where` selects that were there but did not read (attrs.unparsed_times),
+    and the epochs read in a larger unit than their field's (attrs.converted_times); servlens/ingest/times.py."""
+    counts: tuple[dict[str, int], dict[str, int]] = ({}, {})
+    rows = con.execute(
+        f"""SELECT kind, column_name, count(*) FROM (
+              SELECT 0 AS kind, unnest(CAST(attrs->'$.unparsed_times' AS VARCHAR[])) AS column_name FROM requests
+              WHERE ({where}) AND status <> '{BAD_ROW_STATUS}' AND (attrs->'$.unparsed_times') IS NOT NULL
+              UNION ALL
+              SELECT 1, unnest(CAST(attrs->'$.converted_times' AS VARCHAR[])) FROM requests
+              WHERE ({where}) AND status <> '{BAD_ROW_STATUS}' AND (attrs->'$.converted_times') IS NOT NULL)
+            GROUP BY ALL ORDER BY 1, 2""").fetchall()
+    for kind, column, n in rows:
+        counts[kind][column] = int(n)
+    return counts
 
 
 def _runs_in_file(con: duckdb.DuckDBPyConnection, compiled, default_run: str) -> list[str]:
@@ -284,6 +307,7 @@ def ingest_request_file(
             con.execute(statement)
         redact_rows(con, inserted)
         result.invalid_values = null_impossible_values(con, inserted, relative_clock=profile.clock == "relative")
+        result.unparsed_times, result.converted_times = count_time_notes(con, inserted)
         if runs is None:
             ids = _assign_learnt_runs(con, result, path, profile, first_id, job.sha256(), relative, naive_tz)
             if not ids:
