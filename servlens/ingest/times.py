@@ -21,10 +21,11 @@ TIME_COLUMNS = ("t_arrival", "t_first_token", "t_end")
 # Macros: an epoch in microseconds (NULL beyond the timestamp range instead of an overflow error), the unit of an
 # epoch read by magnitude, and the presence tests.
 TIME_MACROS = {
-    "sl_epoch_us": (["us"], "CASE WHEN isfinite(us) AND abs(us) < 9.2e18 THEN make_timestamp(CAST(round(us) AS BIGINT)) END"),
+    "sl_epoch_us": (["us"], ("CASE WHEN isfinite(us) AND abs(us) < 9.2e18 "
+                             "THEN make_timestamp(CAST(round(us) AS BIGINT)) END")),
     # A seconds field: >= 1e17 nanoseconds, >= 1e14 microseconds, >= 1e11 milliseconds (1e11 s is the year 5138).
-    "sl_epoch_s_to_us": (["v"], "CASE WHEN abs(v) >= 1e17 THEN v / 1e3 WHEN abs(v) >= 1e14 THEN v "
-                                "WHEN abs(v) >= 1e11 THEN v * 1e3 ELSE v * 1e6 END"),
+    "sl_epoch_s_to_us": (["v"], ("CASE WHEN abs(v) >= 1e17 THEN v / 1e3 WHEN abs(v) >= 1e14 THEN v "
+                                 "WHEN abs(v) >= 1e11 THEN v * 1e3 ELSE v * 1e6 END")),
     "sl_epoch_ms_to_us": (["v"], "CASE WHEN abs(v) >= 1e17 THEN v / 1e3 WHEN abs(v) >= 1e14 THEN v ELSE v * 1e3 END"),
     "sl_time_present": (["x"], "CASE WHEN trim(CAST(x AS VARCHAR)) <> '' THEN TIMESTAMP '2000-01-01' END"),
     "sl_time_scaled_s": (["x"], "CASE WHEN abs(TRY_CAST(x AS DOUBLE)) >= 1e11 THEN TIMESTAMP '2000-01-01' END"),

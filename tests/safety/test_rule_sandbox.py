@@ -46,8 +46,8 @@ def _rule_dir(tmp_path: Path, sql: str) -> Path:
     ("SELECT count(*) FROM duckdb_settings()", "calls the table function duckdb_settings()"),
     ("SELECT max(run) FROM requests", "reads the table 'requests', which a rule's SQL may not do"),
     ("SELECT count(*) FROM main.scope_requests", "reads the table 'scope_requests'"),
-    ("SELECT (SELECT 1 FROM (WITH requests AS (SELECT 1) SELECT * FROM requests)), "
-     "(SELECT count(*) FROM requests)", "reads the table 'requests'"),
+    (("SELECT (SELECT 1 FROM (WITH requests AS (SELECT 1) SELECT * FROM requests)), "
+      "(SELECT count(*) FROM requests)"), "reads the table 'requests'"),
     ("SELECT getenv('HOME') AS summary", "calls getenv()"),
     ("SELECT current_setting('temp_directory') AS summary", "calls current_setting()"),
     ("SELECT nextval('source_id_seq') AS summary", "calls nextval()"),
