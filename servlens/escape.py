@@ -70,6 +70,19 @@ def bounded(text: str, limit: int = MAX_FIELD_CHARS) -> str:
     return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
 
 
+def bound_fields(value, limit: int = MAX_FIELD_CHARS):
+    """A result document with every text (values and keys) cut to `limit` characters, saying how much was left
+    out: a report shows a bounded number of fields, so one huge field (a 2 MB model name repeated in every finding's
+    scope) cannot make the report huge. The JSON output keeps the document whole."""
+    if isinstance(value, str):
+        return bounded(value, limit)
+    if isinstance(value, dict):
+        return {bounded(k, limit) if isinstance(k, str) else k: bound_fields(v, limit) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [bound_fields(item, limit) for item in value]
+    return value
+
+
 def md_escape(value) -> str:
     """A field as literal Markdown text, on one line (safe in a table cell, a heading or a list item)."""
     return _MD_SPECIAL.sub(r"\\\1", bounded(one_line(value)))

@@ -50,6 +50,7 @@ from typing import Any, Callable
 
 from servlens.analysis.rule_contract import Contract, check_params, parse_contract
 from servlens.errors import ConfigError
+from servlens.sandbox import RULE_VIEWS, check_rule_expression, check_rule_sql, is_user_rule
 from servlens.store import metric_roles
 from servlens.store.schema import REQUEST_COLUMNS
 
@@ -304,6 +305,21 @@ def _suggest(key: str, options) -> str:
     return f" (did you mean '{match[0]}'?)" if match else ""
 
 
+def check_user_rule_sql(path: Path, sql: str | None, contract: Contract | None) -> None:
+    """A user rule's every SQL is one SELECT reading the scope views and the rule's own [views] (servlens/sandbox.py);
+    the predicates and the examples' filter are expressions over them."""
+    tables = RULE_VIEWS | frozenset(contract.views if contract else ())
+    if sql is not None:
+        check_rule_sql(sql, f"{path}: detector.sql", tables)
+    for key, text in (contract.sql_items() if contract else []):
+        if key.endswith(".order_by"):
+            check_rule_sql(f"SELECT 1 FROM rule_metrics ORDER BY {text}", f"{path}: {key}", tables)
+        elif key.startswith("decide.") or key.endswith(".where"):
+            check_rule_expression(text, f"{path}: {key}", tables)
+        else:
+            check_rule_sql(text, f"{path}: {key}", tables)
+
+
 def parse_rule(data: dict, path: Path) -> Rule:
     """Validate one rule file's parsed TOML; every error names the file, the key and what is allowed."""
     for key in data:
@@ -402,6 +418,8 @@ def parse_rule(data: dict, path: Path) -> Rule:
 
     check_params(path, ([("detector.sql", sql)] if sql else []) + (contract.sql_items() if contract else []),
                  set(params))
+    if is_user_rule(path):
+        check_user_rule_sql(path, sql, contract)  # issue 15: one SELECT over the scope views, nothing else
 
     requires_raw = data["requires"]
     if not isinstance(requires_raw, list) or not requires_raw:

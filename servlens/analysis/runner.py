@@ -39,6 +39,7 @@ from servlens.analysis.rules import SEVERITIES, STATES, Requirement, Rule, valid
 from servlens.analysis.sql_rules import run_contract, run_sql
 from servlens.analysis.windows import WindowSpec, iso, spec_for
 from servlens.errors import ConfigError
+from servlens.sandbox import check_detector_result, is_user_rule, lock_down
 from servlens.store import format_columns, metric_roles
 from servlens.store.schema import REQUEST_COLUMNS
 
@@ -308,12 +309,20 @@ def evaluate(con: duckdb.DuckDBPyConnection, rule: Rule, scope: Scope, params: d
                        "reason": missing_reason(rule, columns, metrics)}
     ctx = DetectorContext(con, rule, scope, params, columns, metrics, available, relative_clock,
                           set(source_formats or ()))
+    if not rule.python and is_user_rule(rule.path):
+        # Issue 15: a user rule's SQL is checked again as it runs (the file may have changed since it was loaded)
+        # and the connection is locked down: no file access, no ATTACH, no settings.
+        from servlens.analysis.rules import check_user_rule_sql
+
+        check_user_rule_sql(rule.path, rule.sql, rule.contract)
+        lock_down(con)
     if rule.python:
         result = rule.resolve_python()(ctx)
     elif rule.contract:
         result = run_contract(con, rule, params)
     else:
         result = _run_state_column_sql(ctx)
+    result = check_detector_result(rule.id, rule.detector, result)
     state = result.get("state")
     if state not in STATES:
         raise ConfigError(f"{rule.id}'s detector returned state {state!r}", "A detector returns fired, clear or not_evaluable")

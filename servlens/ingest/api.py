@@ -261,6 +261,34 @@ def ingest_inputs(
             "name one with --from NAME or describe yours with --profile FILE (docs/profiles.md)",
         )
 
+    # DuckDB's own progress bar prints to stdout (it would break --format json); ours goes to stderr, on a TTY only.
+    try:
+        con.execute("SET enable_progress_bar_print = false")
+    except duckdb.Error:
+        pass
+    # One transaction for the whole call: a folder ingest that dies half-way (kill, Ctrl-C, a full disk, an error in
+    # its 7,000th file) leaves the store as it was, never some of its files. A file that must be read again another
+    # way restarts the whole call, reading that file the other way from the start (sources.RestartIngest).
+    redo: dict[Path, dict] = {}
+    while True:
+        try:
+            with src.ingest_transaction(con):
+                return _ingest_plans(con, plans, not_files, redo, run=run, keep_text=keep_text, strict=strict,
+                                     start=start_dt, tz=tz, at=at, progress=progress, session=session)
+        except src.RestartIngest as restart:
+            redo[restart.path] = restart.retry
+        except (duckdb.IOException, duckdb.FatalException, OSError) as exc:
+            full = src.disk_full_error(exc)
+            if full is None:
+                raise
+            raise full from None
+
+
+def _ingest_plans(con: duckdb.DuckDBPyConnection, plans: list[_Plan], not_files: list[dict], redo: dict[Path, dict],
+                  *, run, keep_text, strict, start, tz, at, progress, session) -> IngestReport:
+    """Ingest the planned files in order (request logs first), then the engine settings, then the Prometheus pull;
+    `redo` holds how to read a file another way (ingest_request_file arguments) after a restart."""
+    start_dt = start
     report = IngestReport()
     report.skipped = [{"path": str(p.path), "reason": p.reason} for p in plans if p.kind == "skip"] + not_files
     metrics = _metrics_module()
@@ -270,11 +298,6 @@ def ingest_inputs(
             index.update(metrics.load_scrape_index(plan.path))
             report.skipped.append({"path": str(plan.path), "reason": "scrape index: used for the scrape files' times and runs"})
 
-    # DuckDB's own progress bar prints to stdout (it would break --format json); ours goes to stderr, on a TTY only.
-    try:
-        con.execute("SET enable_progress_bar_print = false")
-    except duckdb.Error:
-        pass
     # Request logs first: a scrape that names no run of its own joins the run of the request log it came with.
     work = [p for p in plans if p.kind == "requests"] + [p for p in plans if p.kind == "metrics"]
     total_bytes = sum(p.path.stat().st_size for p in work)
@@ -286,10 +309,13 @@ def ingest_inputs(
             if bar:
                 bar.start_file(plan.path)
             if plan.kind == "requests":
-                result = ingest_request_file(
-                    con, plan.path, plan.profile, run=run, keep_text=keep_text, strict=strict, start=start_dt, tz=tz,
-                    json_multiline=bool(plan.sample and plan.sample.json_multiline), wrapper=plan.wrapper,
-                )
+                if plan.path in redo:
+                    result = ingest_request_file(con, plan.path, **redo[plan.path])
+                else:
+                    result = ingest_request_file(
+                        con, plan.path, plan.profile, run=run, keep_text=keep_text, strict=strict, start=start_dt,
+                        tz=tz, json_multiline=bool(plan.sample and plan.sample.json_multiline), wrapper=plan.wrapper,
+                    )
                 if result.rows == 0 and not result.skipped:
                     # Recognised, yet not one row: a named file is an error, a file in a folder a listed skip.
                     reason = _drop_rowless_source(con, result, plan.profile)

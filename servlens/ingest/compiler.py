@@ -30,6 +30,15 @@ from servlens.errors import redact_sql
 from servlens.escape import one_line_sql
 from servlens.ingest.profiles import MAPPABLE_COLUMNS, Profile, Wrapper
 from servlens.ingest.sources import duckdb_path
+from servlens.ingest.times import (
+    EPOCH_MACROS,
+    TIME_COLUMNS,
+    TIME_MACROS,
+    macro_twins,
+    present_twin,
+    scaled_twin,
+    time_macros_of,
+)
 from servlens.store.schema import REQUEST_COLUMNS
 
 BAD_ROW_STATUS = "__bad__"
@@ -64,9 +73,10 @@ _FINISH_MAP = {
 
 # Built-in macros every profile may use (docs/profiles.md lists them).
 BUILTIN_MACROS = {
-    # Unix seconds / milliseconds / nanoseconds (number or numeric string) -> UTC TIMESTAMP (microseconds).
-    "sl_epoch_s": (["x"], "make_timestamp(CAST(round(TRY_CAST(x AS DOUBLE) * 1e6) AS BIGINT))"),
-    "sl_epoch_ms": (["x"], "make_timestamp(CAST(round(TRY_CAST(x AS DOUBLE) * 1e3) AS BIGINT))"),
+    **TIME_MACROS,
+    # Unix seconds / milliseconds / nanoseconds (number or numeric string) -> UTC TIMESTAMP (microseconds). A seconds
+    # or milliseconds field holding a larger unit is read in that unit, and said so (servlens/ingest/times.py).
+    **EPOCH_MACROS,
     "sl_epoch_ns": (["x"], "make_timestamp(CAST(TRY_CAST(x AS HUGEINT) // 1000 AS BIGINT))"),
     # OpenAI chat messages (a JSON array) -> 'role: content' lines in order; content may be a string or a list of
     # parts ({"type": "text", "text": ...}); non-text parts count as their type name.
@@ -538,15 +548,24 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
 
     # Stage 1: the profile's own expressions, cast to canonical types; NULL for what it does not map.
     s1 = ["_line", "_ok", "_bad", "_i"]
+    time_macros = time_macros_of(profile.macros)
     for column in MAPPABLE_COLUMNS:
         sqltype = REQUEST_COLUMNS[column]
         if column in columns:
             expr = f"TRY_CAST({_try(columns[column], opts)} AS {sqltype})"
-            if column in ("t_arrival", "t_first_token", "t_end"):
+            if column in TIME_COLUMNS:
                 expr = _time_adjust(profile, expr, opts)
+                # the twins that tell an unreadable time from an absent one, and an epoch in a larger unit
+                s1.append(f"CASE WHEN _ok THEN ({_try(present_twin(columns[column], time_macros), opts)}) "
+                          f"IS NOT NULL ELSE false END AS _present_{column}")
+                scaled = scaled_twin(columns[column])
+                s1.append(f"CASE WHEN _ok THEN ({_try(scaled, opts)}) IS NOT NULL ELSE false END AS _scaled_{column}"
+                          if scaled else f"false AS _scaled_{column}")
             s1.append(f"CASE WHEN _ok THEN {expr} END AS {column}")
         else:
             s1.append(f"CAST(NULL AS {sqltype}) AS {column}")
+            if column in TIME_COLUMNS:
+                s1 += [f"false AS _present_{column}", f"false AS _scaled_{column}"]
     for name in ("prompt", "content", "reasoning"):
         if name in text:
             s1.append(f"CASE WHEN _ok THEN CAST({_try(text[name], opts)} AS VARCHAR) END AS _{name}")
@@ -609,6 +628,7 @@ def compile_profile(profile: Profile, opts: CompileOptions) -> CompiledProfile:
     # Whether the text is kept (--keep-text): a profile may take a cheaper path to the prompt's prefix when it is not.
     macros["sl_keep_text"] = ([], "true" if opts.keep_text else "false")
     macros.update(profile.macros)
+    macros.update(macro_twins(profile.macros, time_macros))
     return CompiledProfile(profile=profile, ctes=ctes, final_columns=final, run_expr=run_expr, macros=macros,
                            lines_by_insert_order=opts.lines_by_insert_order,
                            json_paths=list(rw.paths.get(("j", "s"), [])) if is_json else [])
@@ -675,11 +695,22 @@ def _final_columns(profile: Profile, opts: CompileOptions) -> dict[str, str]:
         f"coalesce(reasoning_has_marker, CASE WHEN _reasoning IS NOT NULL THEN {prefilter.format('_reasoning')} "
         f"AND regexp_matches(_reasoning, {sql_str(REASONING_MARKERS)}) END)"
     )
-    out["attrs"] = (
-        "CASE WHEN NOT _ok THEN _bad "
-        "WHEN _i IS NOT NULL THEN coalesce(json_merge_patch(_attrs, json_object('index', _i)), json_object('index', _i)) "
-        "ELSE _attrs END"
-    )
+    attrs = ("CASE WHEN _i IS NOT NULL THEN coalesce(json_merge_patch(_attrs, json_object('index', _i)), "
+             "json_object('index', _i)) ELSE _attrs END")
+    # A time that is there but does not read, or an epoch read in a larger unit, is named in attrs (times.py).
+    unparsed = [f"_present_{c} AND {c} IS NULL" for c in TIME_COLUMNS]
+    converted = [f"_scaled_{c} AND {c} IS NOT NULL" for c in TIME_COLUMNS]
+
+    def named(tests: list[str]) -> str:
+        names = ", ".join(f"CASE WHEN {t} THEN '{c}' END" for t, c in zip(tests, TIME_COLUMNS))
+        return f"list_filter([{names}], lambda x: x IS NOT NULL)"
+
+    noted = (f"json_merge_patch(coalesce({attrs}, JSON '{{}}'), "
+             f"json_merge_patch(CASE WHEN {' OR '.join(unparsed)} THEN json_object('unparsed_times', {named(unparsed)}) "
+             f"ELSE JSON '{{}}' END, CASE WHEN {' OR '.join(converted)} THEN json_object('converted_times', "
+             f"{named(converted)}) ELSE JSON '{{}}' END))")
+    out["attrs"] = (f"CASE WHEN NOT _ok THEN _bad WHEN {' OR '.join(unparsed + converted)} THEN {noted} "
+                    f"ELSE {attrs} END")
     for name in ("prompt", "content", "reasoning"):
         out[f"{name}_text"] = f"_{name}" if opts.keep_text else "CAST(NULL AS VARCHAR)"
     return out

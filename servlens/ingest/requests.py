@@ -58,6 +58,8 @@ class SourceResult:
     first_errors: list[dict] = field(default_factory=list)
     note: str | None = None
     invalid_values: dict[str, int] = field(default_factory=dict)  # column -> values stored as NULL (impossible)
+    unparsed_times: dict[str, int] = field(default_factory=dict)  # column -> times there that did not read (NULL)
+    converted_times: dict[str, int] = field(default_factory=dict)  # column -> epochs read in a larger unit
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -81,6 +83,10 @@ class SourceResult:
             out["note"] = self.note
         if self.invalid_values:
             out["invalid_values"] = self.invalid_values
+        if self.unparsed_times:
+            out["unparsed_times"] = self.unparsed_times
+        if self.converted_times:
+            out["converted_times"] = self.converted_times
         out.update(self.extra)
         return out
 
@@ -141,6 +147,23 @@ def null_impossible_values(con: duckdb.DuckDBPyConnection, where: str, relative_
         f"WHERE ({where}) AND status <> '{BAD_ROW_STATUS}' AND ({' OR '.join(tests[c] for c in found)})"
     )
     return found
+
+
+def count_time_notes(con: duckdb.DuckDBPyConnection, where: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Per column, the times of the rows `where` selects that were there but did not read (attrs.unparsed_times),
+    and the epochs read in a larger unit than their field's (attrs.converted_times); servlens/ingest/times.py."""
+    counts: tuple[dict[str, int], dict[str, int]] = ({}, {})
+    rows = con.execute(
+        f"""SELECT kind, column_name, count(*) FROM (
+              SELECT 0 AS kind, unnest(CAST(attrs->'$.unparsed_times' AS VARCHAR[])) AS column_name FROM requests
+              WHERE ({where}) AND status <> '{BAD_ROW_STATUS}' AND (attrs->'$.unparsed_times') IS NOT NULL
+              UNION ALL
+              SELECT 1, unnest(CAST(attrs->'$.converted_times' AS VARCHAR[])) FROM requests
+              WHERE ({where}) AND status <> '{BAD_ROW_STATUS}' AND (attrs->'$.converted_times') IS NOT NULL)
+            GROUP BY ALL ORDER BY 1, 2""").fetchall()
+    for kind, column, n in rows:
+        counts[kind][column] = int(n)
+    return counts
 
 
 def _runs_in_file(con: duckdb.DuckDBPyConnection, compiled, default_run: str) -> list[str]:
@@ -222,11 +245,14 @@ def ingest_request_file(
             except _CONVERSION_ERRORS as exc:
                 if safe:
                     raise _profile_error(profile, path, exc) from exc
-                return ingest_request_file(con, path, profile, **retry)
+                return _read_again(con, path, profile, retry)
             except duckdb.Error as exc:
                 raise _profile_error(profile, path, exc) from exc
 
-    con.execute("BEGIN TRANSACTION")
+    # Inside a whole-ingest transaction (a folder, several files) this file's work is part of it (sources.py).
+    joined = src.in_ingest_transaction(con)
+    if not joined:
+        con.execute("BEGIN TRANSACTION")
     try:
         ids: dict[str, int] = {}
         naive_tz = tz if profile.clock == "naive" else None
@@ -243,7 +269,8 @@ def ingest_request_file(
                                                fmt=profile.name)
             result.runs = list(runs)
             if not ids:
-                con.execute("ROLLBACK")
+                if not joined:
+                    con.execute("ROLLBACK")  # nothing was written
                 result.skipped = True
                 result.note = "already ingested: same content in the same run(s); nothing added"
                 _fill_from_existing(con, result, runs, path)
@@ -270,13 +297,11 @@ def ingest_request_file(
             if fixed is not None:
                 # DuckDB's CSV sniffer gives up on a file whose last row has an unterminated quote: read it with
                 # the dialect spelt out, so the good rows are rows and the broken one is a counted reject.
-                con.execute("ROLLBACK")
-                return ingest_request_file(con, path, fixed, **retry)
+                return _read_again(con, path, fixed, retry, in_transaction=True)
             if opts.safe:
                 raise _profile_error(profile, path, exc) from exc
             # A value an expression cannot convert: redo this file with every expression in try() (slower, exact).
-            con.execute("ROLLBACK")
-            return ingest_request_file(con, path, profile, **retry)
+            return _read_again(con, path, profile, retry, in_transaction=True)
         except duckdb.Error as exc:
             raise _profile_error(profile, path, exc) from exc
         inserted = f"source_id IN ({', '.join(str(v) for v in ids.values())})" if ids else f"source_id = {first_id}"
@@ -284,10 +309,14 @@ def ingest_request_file(
             con.execute(statement)
         redact_rows(con, inserted)
         result.invalid_values = null_impossible_values(con, inserted, relative_clock=profile.clock == "relative")
+        result.unparsed_times, result.converted_times = count_time_notes(con, inserted)
         if runs is None:
             ids = _assign_learnt_runs(con, result, path, profile, first_id, job.sha256(), relative, naive_tz)
             if not ids:
-                con.execute("ROLLBACK")
+                if joined:
+                    src.delete_source(con, first_id)  # the provisional source and what is left of its rows
+                else:
+                    con.execute("ROLLBACK")
                 result.skipped = True
                 result.note = "already ingested: same content in the same run(s); nothing added"
                 _fill_from_existing(con, result, result.runs, path)
@@ -322,18 +351,21 @@ def ingest_request_file(
             first = con.execute(
                 f"SELECT line, reason FROM ingest_errors WHERE source_id IN ({id_list}) ORDER BY line NULLS FIRST LIMIT 1"
             ).fetchone()
-            con.execute("ROLLBACK")
+            if not joined:
+                con.execute("ROLLBACK")
             where_line = f"line {first[0]}" if first[0] is not None else "the file"
             raise InputError(
                 f"{path} has {bad} malformed line(s) (first: {where_line}: {first[1]}); --strict keeps nothing from it",
                 "Fix the lines, or drop --strict to ingest the good lines and keep the bad ones in ingest_errors",
             )
-        con.execute("COMMIT")
+        if not joined:
+            con.execute("COMMIT")
     except BaseException:
-        try:
-            con.execute("ROLLBACK")
-        except duckdb.Error:
-            pass
+        if not joined:  # else the whole ingest rolls back
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
         raise
     result.runs = list(ids)
     result.source_ids = list(ids.values())
@@ -454,6 +486,18 @@ def _assign_learnt_runs(con, result: SourceResult, path: Path, profile: Profile,
     return ids
 
 
+def _read_again(con: duckdb.DuckDBPyConnection, path: Path, profile: Profile, retry: dict,
+                in_transaction: bool = False) -> SourceResult:
+    """Read the file again another way (`profile` with its dialect spelt out, every expression in try()). Its own
+    transaction is rolled back first; inside a whole-ingest transaction, which the failed statement has aborted,
+    the whole ingest starts again instead (sources.RestartIngest)."""
+    if src.in_ingest_transaction(con):
+        raise src.RestartIngest(path, dict(retry, profile=profile))
+    if in_transaction:
+        con.execute("ROLLBACK")
+    return ingest_request_file(con, path, profile, **retry)
+
+
 def _stem(path: Path) -> str:
     name = path.name
     for suffix in src.COMPRESSED_SUFFIXES:
@@ -491,6 +535,9 @@ def _explicit_csv_dialect(profile: Profile, path: Path, exc: Exception) -> Profi
 
 
 def _profile_error(profile: Profile, path: Path, exc: Exception) -> Exception:
+    full = src.disk_full_error(exc)
+    if full is not None:  # not the profile's fault (issue 15)
+        return full
     text = str(exc)
     if "Could not read" in text or "No files found" in text or "decompress" in text.lower() or "zstd" in text.lower():
         return InputError(f"Cannot read {path}: {_first_line(exc)}", "Check that the file is complete and not corrupted")

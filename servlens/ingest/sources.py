@@ -26,10 +26,71 @@ from servlens.errors import InputError
 COMPRESSED_SUFFIXES = (".gz", ".zst")
 
 
+# Connections (by id) inside ingest_transaction: the transactions of the files and steps in it join it.
+_WHOLE_INGEST: set[int] = set()
+
+
+class RestartIngest(Exception):
+    """Raised inside a whole-ingest transaction where one file would have rolled its own transaction back to read
+    the file again another way (a value only try() can read, a CSV dialect to spell out): DuckDB aborts a
+    transaction on any error and has no savepoints, so the whole ingest rolls back and starts again, reading that
+    file the other way from the start (`retry`: ingest_request_file keyword arguments)."""
+
+    def __init__(self, path: Path, retry: dict) -> None:
+        super().__init__(f"read {path} again")
+        self.path = path
+        self.retry = retry
+
+
+@contextmanager
+def ingest_transaction(con: duckdb.DuckDBPyConnection):
+    """One transaction for a whole ingest call (every file of a folder, every scrape, the engine settings): a kill,
+    Ctrl-C, a full disk or an error anywhere leaves the store as it was, never some of the files."""
+    con.execute("BEGIN TRANSACTION")
+    _WHOLE_INGEST.add(id(con))
+    try:
+        yield
+    except BaseException:
+        _WHOLE_INGEST.discard(id(con))
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        raise
+    _WHOLE_INGEST.discard(id(con))
+    con.execute("COMMIT")
+
+
+_DISK_FULL = re.compile(r"(?i)no space left on device|file too large|disk quota exceeded|not enough space")
+_FILE_IN_MESSAGE = re.compile(r'file "([^"]+)"')
+
+
+def disk_full_error(exc: BaseException) -> InputError | None:
+    """The one sentence for a write that failed because the disk (or the file size limit) is full, or None for any
+    other error. Said after the ingest's transaction rolled back: the store holds what it held before."""
+    errno_full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+    if not errno_full and not _DISK_FULL.search(str(exc)):
+        return None
+    found = _FILE_IN_MESSAGE.search(str(exc))
+    where = found.group(1) if found else getattr(exc, "filename", None)
+    what = f"writing {where}" if where else "writing the store"
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else _DISK_FULL.search(str(exc)).group(0)
+    return InputError(f"The disk is full or the store reached the file size limit ({what} failed: {reason.lower()}): "
+                      "nothing of this ingest was kept and the store holds what it held before",
+                      "Free some space (or pass --db a store on another disk) and run the same command again")
+
+
+def in_ingest_transaction(con: duckdb.DuckDBPyConnection) -> bool:
+    return id(con) in _WHOLE_INGEST
+
+
 @contextmanager
 def one_transaction(con: duckdb.DuckDBPyConnection):
     """Commit what the block wrote, or roll all of it back if the block raises (an interrupted ingest leaves the
-    store as it was)."""
+    store as it was). Inside ingest_transaction the block is part of that one transaction."""
+    if in_ingest_transaction(con):
+        yield
+        return
     con.execute("BEGIN TRANSACTION")
     try:
         yield

@@ -106,6 +106,13 @@ def ingest_text(report: dict, db_path: str | None = None) -> str:
         if source.get("invalid_values"):
             counts = ", ".join(f"{c} {n:,}" for c, n in source["invalid_values"].items())
             lines.append(f"  impossible values stored as NULL (named in attrs.invalid_values): {counts}")
+        if source.get("unparsed_times"):
+            counts = ", ".join(f"{c} {n:,}" for c, n in source["unparsed_times"].items())
+            lines.append(f"  times that do not read, stored as NULL (named in attrs.unparsed_times): {counts}")
+        if source.get("converted_times"):
+            counts = ", ".join(f"{c} {n:,}" for c, n in source["converted_times"].items())
+            lines.append(f"  epochs in a larger unit than their field's, read in that unit (named in "
+                         f"attrs.converted_times): {counts}")
         if source.get("bad_lines"):
             first = (source.get("errors") or [{}])[0]
             where = f"line {first.get('line')}" if first.get("line") is not None else "the file"

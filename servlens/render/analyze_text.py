@@ -16,7 +16,7 @@ from typing import Any
 
 from servlens.analysis.workload import duration, peak_rates
 from servlens.render import story
-from servlens.escape import strip_controls
+from servlens.escape import bound_fields, strip_controls
 
 WIDTH = 110
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -164,7 +164,7 @@ def render_analyze_text(doc: dict, color: bool = False, verbose: bool = False) -
     """The report as text; `color` adds ANSI colours to severities and headings (a terminal, never a file or
     pipe); `verbose` adds the evidence of each finding, every check with its reason and the full workload.
     Control characters from log values are stripped before servlens adds its own colours."""
-    text = strip_controls(_render_plain(doc, verbose))
+    text = strip_controls(_render_plain(bound_fields(doc), verbose))  # a huge field is cut (issue 15)
     return _colorize(text) if color else text
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servlens.escape import strip_controls
+from servlens.escape import bound_fields, strip_controls
 
 EXIT_OF = {"pass": 0, "fail": 1, "inconclusive": 3}
 
@@ -97,6 +97,7 @@ def coverage_sentence(cov: dict) -> str:
 
 
 def render_compare_text(doc: dict) -> str:
+    doc = bound_fields(doc)  # a huge field (a run label, a model name) is cut (issue 15)
     verdict = doc["verdict"]
     before, after = doc["before"], doc["after"]
     out = [f"servlens compare: {verdict.upper()} (exit {EXIT_OF[verdict]})",

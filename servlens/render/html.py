@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from servlens.errors import ConfigError, InputError
+from servlens.escape import bound_fields
 
 MAX_REPORT_BYTES = 2_000_000
 CONTENT_SECURITY_POLICY = (
@@ -76,7 +77,7 @@ def render_html(doc: dict, templates_dir: str | Path | None = None) -> str:
     import jinja2
 
     environment = _environment(templates_dir)
-    builder = _ReportBuilder(doc)
+    builder = _ReportBuilder(bound_fields(doc))  # one huge field cannot blow the page up (issue 15)
     token = _RELATIVE_CLOCK.set(builder.relative_clock)
     try:
         page = ""

@@ -13,6 +13,7 @@ SHARED = REPO / "tests" / "data" / "shared"
 VLLM_BENCH = SHARED / "real-engine" / "vllm-bench" / "random" / "random-3.0qps-tiny-20261129-081458.json"
 PROM_SCRAPE = SHARED / "real-engine" / "llamacpp" / "metrics_burst50_000.prom"
 AZURE_CSV = SHARED / "traces" / "azure_llm_2023_conv_first5000.csv"
+FORMATS = REPO / "tests" / "data" / "formats"
 
 # Names DuckDB would read as patterns, and one it cannot escape (a backslash with a glob character).
 GLOB_NAMES = ["spend[1]", "a*b", "a?b", "x[ab]", "[!x]", "b\\s[1]"]

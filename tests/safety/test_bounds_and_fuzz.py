@@ -35,6 +35,21 @@ def test_a_two_megabyte_model_name_gives_a_small_markdown_report(tmp_path):
     assert len(done.stdout) < 200_000
 
 
+@pytest.mark.parametrize("args", [["--format", "html"], ["--format", "text", "--verbose"]])
+def test_a_two_megabyte_model_name_gives_a_small_html_or_text_report(tmp_path, args):
+    records = [request_record(i) for i in range(12)]
+    for record in records:
+        record["body"]["model"] = "m" * 2_000_000
+    log = write_lines(tmp_path / "log.jsonl", [json.dumps(r) for r in records])
+    out = tmp_path / "report.out"
+    done = subprocess.run([sys.executable, "-m", "servlens", "analyze", str(log), *args, "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False)
+    assert done.returncode in (0, 1), done.stderr
+    report = out.read_text()
+    assert len(report) < 200_000  # 28 MB (HTML) and 36 MB (text --verbose) before fields were cut
+    assert "m" * MAX_FIELD_CHARS + "… (1,999,000 more characters)" in report
+
+
 @pytest.mark.slow
 def test_a_zstd_scrape_bomb_is_refused_with_a_sentence(tmp_path):
     import zstandard
