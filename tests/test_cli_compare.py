@@ -64,7 +64,7 @@ def test_run_labels_as_arguments_with_db(cli_runner, store_path):
     result = invoke(cli_runner, ["--db", store_path, "compare", "prod", "canary-slow", "--format", "json"])
     assert result.exit_code == 1
     doc = json.loads(result.output)
-    assert doc["kind"] == "compare" and doc["schema_version"] == 1 and doc["verdict"] == "fail"
+    assert doc["kind"] == "compare" and doc["schema_version"] == 2 and doc["verdict"] == "fail"
     assert doc["before"]["run"] == "prod" and doc["after"]["run"] == "canary-slow"
 
 

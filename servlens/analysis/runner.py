@@ -35,10 +35,10 @@ import duckdb
 from servlens import __version__
 from servlens.analysis.rules import SEVERITIES, STATES, Requirement, Rule, validate_params
 from servlens.analysis.windows import WindowSpec, iso, spec_for
+from servlens.documents import SCHEMA_VERSION
 from servlens.errors import ConfigError
 from servlens.store.schema import REQUEST_COLUMNS
 
-SCHEMA_VERSION = 1
 MAX_EXAMPLES = 5
 # Leak flags, prefix keys and such are columns too; text columns never count as evidence (privacy by default).
 _TEXT_COLUMNS = ("prompt_text", "content_text", "reasoning_text")

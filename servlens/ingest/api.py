@@ -3,7 +3,7 @@
     from servlens.ingest.api import ingest_inputs
     report = ingest_inputs(con, ["logs/", "scrapes/*.prom"], run="before")
     report.runs          # the runs this call touched (ingested into, or found already there)
-    report.to_dict()     # {"kind": "ingest", "schema_version": 1, "sources": [...], "skipped": [...], "runs": [...]}
+    report.to_dict()     # {"kind": "ingest", "schema_version": 2, "sources": [...], "skipped": [...], "runs": [...]}
 
 Every input is expanded (files, folders, globs), sniffed and routed: request logs to the format profiles
 (servlens.ingest.requests), Prometheus scrapes / query_range JSON / scrape index files to servlens.ingest.metrics.
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import duckdb
 
+from servlens.documents import SCHEMA_VERSION
 from servlens.errors import ConfigError, InputError
 from servlens.ingest import sources as src
 from servlens.ingest.engine_info import EngineInfo, apply_engine_info, read_engine_info
@@ -36,7 +37,6 @@ from servlens.ingest.profiles import (
 from servlens.ingest.requests import SourceResult, column_coverage, ingest_request_file
 from servlens.ingest.sniff import FileSample, sample_file, score_profile, sniff, unwrap_sample
 
-INGEST_SCHEMA_VERSION = 1
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 
 # Files that sit beside logs and are not data: the reason says so instead of "not recognised".
@@ -58,7 +58,7 @@ class IngestReport:
     def to_dict(self) -> dict:
         return {
             "kind": "ingest",
-            "schema_version": INGEST_SCHEMA_VERSION,
+            "schema_version": SCHEMA_VERSION,
             "sources": self.sources,
             "skipped": self.skipped,
             "runs": self.runs,

@@ -371,10 +371,13 @@ def test_compare_notes_and_method_have_their_own_sections(compare_doc):
     assert "Answer" in other and "Latency" not in other and "prompt_tokens" not in other
 
 
-def test_compare_without_notes_or_method_has_no_empty_sections(compare_doc):
+def test_compare_without_notes_has_no_empty_sections(compare_doc):
+    compare_doc["method"] = {}
     page = render_html(compare_doc)
-    assert 'id="notes"' not in page and 'id="method"' not in page and 'id="other"' not in page
-    assert 'href="#notes"' not in page
+    assert 'id="notes"' not in page and 'id="other"' not in page and 'href="#notes"' not in page
+    # every compare document has its policy: the method section shows it even when no method sentence is given
+    method = page[page.index('<section id="method">'):]
+    assert "built-in default policy" in method and "<h3>Method</h3>" not in method
 
 
 def test_compare_cohort_table_names_each_cohort_once(compare_doc):
