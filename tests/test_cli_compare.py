@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from servlens.cli import cli
-from servlens.compare.simulate import chat_tokens, insert_requests, latency_model
+from tools.compare_simulation import chat_tokens, insert_requests, latency_model
 from servlens.store.schema import open_store
 
 REAL_LLAMACPP = "tests/data/shared/real-engine/llamacpp/requests.jsonl"

@@ -403,30 +403,16 @@ def analyze(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str] |
         "coverage": cover,
         "findings": sort_findings(findings),
     }
-    workload = workload_profile(con, runs)
-    if workload is not None:
-        doc["workload"] = workload
-    # The story the report leads with (issue 20): chains across the findings, and goodput against the SLO.
+    # The workload profile (issue 8), and the story the report leads with (issue 20): chains across the findings,
+    # and goodput against the SLO.
     from servlens.analysis.chains import build_chains
     from servlens.analysis.goodput import goodput_section
+    from servlens.analysis.workload import workload_profile
 
+    doc["workload"] = workload_profile(con, runs)
     doc["chains"] = _clean(build_chains(con, doc["findings"]))
     doc["goodput"] = _clean(goodput_section(con, runs, slo))
     return doc
-
-
-def workload_profile(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict | None:
-    """The workload profile (issue 8) when servlens.analysis.workload provides `workload_profile(con, runs)`.
-
-    The seam for that issue: the document's optional "workload" key, which the renderers show when present.
-    """
-    import importlib.util
-
-    if importlib.util.find_spec("servlens.analysis.workload") is None:
-        return None
-    from servlens.analysis.workload import workload_profile as build  # a broken module should fail loudly
-
-    return build(con, runs)
 
 
 def worst_fired(document: dict) -> str | None:

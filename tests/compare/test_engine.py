@@ -9,7 +9,7 @@ import pytest
 
 from servlens.compare.engine import compare_runs, exit_code
 from servlens.compare.policy import Gate, Policy, load_policy
-from servlens.compare.simulate import arrivals, chat_tokens, insert_requests, latency_model
+from tools.compare_simulation import arrivals, chat_tokens, insert_requests, latency_model
 from servlens.errors import ConfigError, InputError
 from servlens.store.schema import open_store
 
