@@ -7,7 +7,6 @@ Each command lives in servlens/commands/<name>.py and is imported only when it r
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 
 import click
@@ -32,16 +31,13 @@ class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        available = [name for name, target in COMMANDS.items() if importlib.util.find_spec(target.split(":")[0])]
-        return available + sorted(set(super().list_commands(ctx)) - set(available))
+        return list(COMMANDS) + sorted(set(super().list_commands(ctx)) - set(COMMANDS))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)
         if target is None:
             return super().get_command(ctx, cmd_name)
         module_name, attribute = target.split(":")
-        if importlib.util.find_spec(module_name) is None:
-            return None
         return getattr(importlib.import_module(module_name), attribute)
 
 

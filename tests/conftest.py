@@ -31,3 +31,15 @@ def cli_runner():
     from click.testing import CliRunner
 
     return CliRunner()
+
+
+# ------------------------------------------------------------------ every document the suite produces is validated
+
+
+@pytest.fixture(autouse=True)
+def validate_documents(monkeypatch):
+    """Wrap the document builders (and the commands' renderers, which see what a command adds) so every analyze,
+    compare and ingest document and every finding a test produces is checked against the shipped JSON Schema."""
+    from tests.documents import wrap_builders
+
+    wrap_builders(monkeypatch)

@@ -141,7 +141,7 @@ def test_fail_on_sets_exit_1_only_at_or_above_the_severity(monkeypatch, capsys, 
 def test_json_is_the_documented_document(cli_runner, store_path):
     result = invoke(cli_runner, ["analyze", "--db", store_path, "--run", "prefix_nocache", "--format", "json"])
     doc = json.loads(result.stdout)
-    assert doc["kind"] == "analyze" and doc["schema_version"] == 1 and doc["run"] == "prefix_nocache"
+    assert doc["kind"] == "analyze" and doc["schema_version"] == 2 and doc["run"] == "prefix_nocache"
     by_rule = {f["rule"]: f for f in doc["findings"]}
     assert {r: by_rule[r]["state"] for r in ("SL001", "SL002", "SL003", "SL004")} == {
         "SL001": "fired", "SL002": "not_evaluable", "SL003": "not_evaluable", "SL004": "clear"}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from servlens.cli import cli
-from servlens.compare.simulate import chat_tokens, insert_requests, latency_model
+from tools.compare_simulation import chat_tokens, insert_requests, latency_model
 from servlens.store.schema import open_store
 
 REAL_LLAMACPP = "tests/data/shared/real-engine/llamacpp/requests.jsonl"
@@ -64,7 +64,7 @@ def test_run_labels_as_arguments_with_db(cli_runner, store_path):
     result = invoke(cli_runner, ["--db", store_path, "compare", "prod", "canary-slow", "--format", "json"])
     assert result.exit_code == 1
     doc = json.loads(result.output)
-    assert doc["kind"] == "compare" and doc["schema_version"] == 1 and doc["verdict"] == "fail"
+    assert doc["kind"] == "compare" and doc["schema_version"] == 2 and doc["verdict"] == "fail"
     assert doc["before"]["run"] == "prod" and doc["after"]["run"] == "canary-slow"
 
 

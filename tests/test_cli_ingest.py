@@ -63,7 +63,7 @@ def test_ingest_json_document(tmp_path):
     done = servlens(tmp_path, "ingest", "--from", "vllm-bench", str(bench), "--run", "bench-a", "--format", "json")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
-    assert document["kind"] == "ingest" and document["schema_version"] == 1
+    assert document["kind"] == "ingest" and document["schema_version"] == 2
     source = document["sources"][0]
     assert {k: source[k] for k in ("format", "run", "rows", "bad_lines", "skipped", "t_min", "relative_clock")} == {
         "format": "vllm-bench", "run": "bench-a", "rows": 80, "bad_lines": 0, "skipped": False,

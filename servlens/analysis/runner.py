@@ -38,12 +38,12 @@ from servlens.analysis.rule_sql import sql_literal
 from servlens.analysis.rules import SEVERITIES, STATES, Requirement, Rule, validate_params
 from servlens.analysis.sql_rules import run_contract, run_sql
 from servlens.analysis.windows import WindowSpec, iso, spec_for
+from servlens.documents import SCHEMA_VERSION
 from servlens.errors import ConfigError
 from servlens.sandbox import check_detector_result, is_user_rule, lock_down
 from servlens.store import format_columns, metric_roles
 from servlens.store.schema import REQUEST_COLUMNS
 
-SCHEMA_VERSION = 1
 MAX_EXAMPLES = 5
 # Leak flags, prefix keys and such are columns too; text columns never count as evidence (privacy by default).
 _TEXT_COLUMNS = ("prompt_text", "content_text", "reasoning_text")
@@ -428,30 +428,16 @@ def analyze(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str] |
         "coverage": cover,
         "findings": sort_findings(findings),
     }
-    workload = workload_profile(con, runs)
-    if workload is not None:
-        doc["workload"] = workload
-    # The story the report leads with (issue 20): chains across the findings, and goodput against the SLO.
+    # The workload profile (issue 8), and the story the report leads with (issue 20): chains across the findings,
+    # and goodput against the SLO.
     from servlens.analysis.chains import build_chains
     from servlens.analysis.goodput import goodput_section
+    from servlens.analysis.workload import workload_profile
 
+    doc["workload"] = workload_profile(con, runs)
     doc["chains"] = _clean(build_chains(con, doc["findings"]))
     doc["goodput"] = _clean(goodput_section(con, runs, slo))
     return doc
-
-
-def workload_profile(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict | None:
-    """The workload profile (issue 8) when servlens.analysis.workload provides `workload_profile(con, runs)`.
-
-    The seam for that issue: the document's optional "workload" key, which the renderers show when present.
-    """
-    import importlib.util
-
-    if importlib.util.find_spec("servlens.analysis.workload") is None:
-        return None
-    from servlens.analysis.workload import workload_profile as build  # a broken module should fail loudly
-
-    return build(con, runs)
 
 
 def worst_fired(document: dict) -> str | None:

@@ -9,8 +9,9 @@ and per window when latencies exist; the context per sequence the engine setting
 Traces with no latencies (Mooncake, Azure, BurstGPT) still get rate, lengths and sharing; the parts that need
 latencies or end times say so in a `note` instead of showing zeros (unknown is not zero).
 
-DuckDB does every aggregation; Python only shapes the small results. Charts are bounded: at most MAX_BUCKETS
-time buckets per series and a fixed set of length bands, so the report does not grow with the input.
+DuckDB does every aggregation; its results come into Python as polars frames (servlens.store.frames), which fill
+the empty buckets and bands and lay out the tables and chart series. Charts are bounded: at most MAX_BUCKETS time
+buckets per series and a fixed set of length bands, so the report does not grow with the input.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import duckdb
+import polars as pl
 
 from servlens.analysis.detectors._common import chart, rounded, table
 from servlens.analysis.windows import PEAK_WINDOW_S, iso, window_width
+from servlens.store.frames import first_row, frame
 
 # Every percentile here is one of these: one quantile state per column for all three (DuckDB merges identical
 # aggregates), a third of the memory of three percentile_cont states. Quantile states hold every value and do not
@@ -48,17 +51,6 @@ BAND_EDGES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 6
 BLOCKS_EXPR = "CAST(json_extract(attrs, '$.prefix_blocks') AS BIGINT[])"
 RUNNING_GAUGES = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs")
 WAITING_GAUGES = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs", "tgi_queue_size")
-
-
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:
-    cursor = con.execute(sql, params or [])
-    names = [d[0] for d in cursor.description]
-    return [dict(zip(names, row)) for row in cursor.fetchall()]
-
-
-def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> dict:
-    found = _rows(con, sql, params)
-    return found[0] if found else {}
 
 
 def bucket_width(span_s: float) -> float:
@@ -95,9 +87,9 @@ def run_profile(con: duckdb.DuckDBPyConnection, run: str) -> dict:
            SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at,
                   coalesce(t_end, t_arrival + to_microseconds(CAST(e2e_s * 1e6 AS BIGINT))) AS t_done
            FROM requests WHERE run = ?""".replace("?", _literal(run)))
-    relative = bool(_one(con, "SELECT coalesce(bool_or(relative_clock), false) AS r FROM runs WHERE run = ?",
+    relative = bool(first_row(con, "SELECT coalesce(bool_or(relative_clock), false) AS r FROM runs WHERE run = ?",
                          [run]).get("r"))
-    base = _one(con, """SELECT count(*) AS n, min(t_at) AS t0, max(t_at) AS t1, count(t_at) AS timed,
+    base = first_row(con, """SELECT count(*) AS n, min(t_at) AS t0, max(t_at) AS t1, count(t_at) AS timed,
                                count(DISTINCT model) AS models, count(prompt_tokens) AS with_prompt,
                                count(completion_tokens) AS with_output, count(ttft_s) AS with_ttft,
                                count(tpot_s) AS with_tpot, count(e2e_s) AS with_e2e, count(t_done) AS with_end,
@@ -146,19 +138,21 @@ def _offset(t0: datetime, column: str) -> str:
 
 def _rate(con: duckdb.DuckDBPyConnection, t0: datetime, span: float, width: float) -> dict:
     """Requests per second per bucket, and the busiest peak-length stretch (30 min, or a quarter of a shorter run)."""
-    buckets = _rows(con, f"""
+    buckets = frame(con, f"""
         SELECT CAST(floor({_offset(t0, 't_at')} / {width}) AS INTEGER) AS b, count(*) AS n
         FROM workload_requests WHERE t_at IS NOT NULL GROUP BY 1 ORDER BY 1""")
     count = max(1, math.floor(span / width) + 1)
-    by_bucket = {row["b"]: row["n"] for row in buckets}
     x = [iso(t0 + timedelta(seconds=i * width)) for i in range(count)]
     # The last bucket is cut by the end of the data: its rate is over the time it covers (at least 1 s).
     covered = [width] * (count - 1) + [max(1.0, min(width, span - (count - 1) * width))]
-    y = [rounded(by_bucket.get(i, 0) / covered[i], 4) for i in range(count)]
+    # Every bucket of the span, the empty ones as 0 requests.
+    per_bucket = (pl.DataFrame({"b": range(count), "covered": covered}, schema={"b": pl.Int32, "covered": pl.Float64})
+                  .join(buckets, on="b", how="left", maintain_order="left").with_columns(pl.col("n").fill_null(0)))
+    y = [rounded(v, 4) for v in (per_bucket["n"] / per_bucket["covered"]).to_list()]
     peak_s = max(width, min(PEAK_WINDOW_S, span / 4))
     k = max(1, round(peak_s / width))
     # The peak stretch: k consecutive buckets with the most requests (a sliding sum over at most MAX_BUCKETS numbers).
-    peak = _one(con, f"""
+    peak = first_row(con, f"""
         WITH all_b AS (SELECT range AS b FROM range({count})),
              c AS (SELECT all_b.b, coalesce(n, 0) AS n FROM all_b LEFT JOIN (
                        SELECT CAST(floor({_offset(t0, 't_at')} / {width}) AS INTEGER) AS b, count(*) AS n
@@ -168,10 +162,10 @@ def _rate(con: duckdb.DuckDBPyConnection, t0: datetime, span: float, width: floa
         SELECT b, n FROM s ORDER BY n DESC, b LIMIT 1""")
     start = t0 + timedelta(seconds=peak["b"] * width)
     peak_len = min(k * width, max(span, width))
-    mean = sum(by_bucket.values()) / max(span, width)
+    mean = buckets["n"].sum() / max(span, width)
     peak_rate = peak["n"] / peak_len
     lo, hi = peak["b"] * width, peak["b"] * width + peak_len
-    in_peak = _one(con, f"""SELECT {q('ttft_s', 0.99)} AS ttft_p99, {q('tpot_s', 0.99)} AS tpot_p99,
+    in_peak = first_row(con, f"""SELECT {q('ttft_s', 0.99)} AS ttft_p99, {q('tpot_s', 0.99)} AS tpot_p99,
                                    {q('e2e_s', 0.99)} AS e2e_p99
                             FROM workload_requests WHERE {_offset(t0, 't_at')} >= {lo} AND {_offset(t0, 't_at')} < {hi}""")
     peak_window = {"start": iso(start), "end": iso(start + timedelta(seconds=peak_len)), "length_s": peak_len,
@@ -197,16 +191,16 @@ def _peak_at(con: duckdb.DuckDBPyConnection, unit: str, seconds: int, span: floa
     """
     if span < seconds:
         return None
-    row = _one(con, f"""SELECT date_trunc('{unit}', t_at) AS t, count(*) AS n FROM workload_requests
+    row = first_row(con, f"""SELECT date_trunc('{unit}', t_at) AS t, count(*) AS n FROM workload_requests
                         WHERE t_at IS NOT NULL GROUP BY 1 ORDER BY n DESC, t LIMIT 1""")
     return {"start": iso(row["t"]), "end": iso(row["t"] + timedelta(seconds=seconds)), "requests": row["n"],
             "rate_rps": rounded(row["n"] / seconds, 4)}
 
 
 def _top_models(con: duckdb.DuckDBPyConnection) -> list[str | None]:
-    return [row["model"] for row in _rows(con, f"""
+    return frame(con, f"""
         SELECT model, count(*) AS n FROM workload_requests GROUP BY model ORDER BY n DESC, model NULLS LAST
-        LIMIT {MAX_MODELS}""")]
+        LIMIT {MAX_MODELS}""")["model"].to_list()
 
 
 def _model_filter(models: list[str | None]) -> str:
@@ -224,7 +218,7 @@ def _lengths(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
         return {"note": "no prompt or output token counts in these sources"}
     models = _top_models(con)
     where = _model_filter(models)
-    stats = _rows(con, f"""
+    stats = frame(con, f"""
         SELECT coalesce(model, '(no model)') AS model, count(*) AS requests,
                count(prompt_tokens) AS with_prompt_tokens,
                {q('prompt_tokens', 0.5)} AS prompt_p50, {q('prompt_tokens', 0.9)} AS prompt_p90,
@@ -235,10 +229,10 @@ def _lengths(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
         FROM workload_requests WHERE {where} GROUP BY model ORDER BY requests DESC, model""")
     columns = ["model", "requests", "with prompt tokens", "prompt p50", "prompt p90", "prompt p99", "prompt max",
                "with output tokens", "output p50", "output p90", "output p99", "output max"]
-    out: dict[str, Any] = {"per_model": table(columns, [list(r.values()) for r in stats])}
+    out: dict[str, Any] = {"per_model": table(columns, stats.rows())}
     # One chart for both (the same log2 bands), the busiest MAX_HISTOGRAM_MODELS models: the page has a chart budget.
     shown = _model_filter(models[:MAX_HISTOGRAM_MODELS])
-    hist = _rows(con, f"""
+    hist = frame(con, f"""
         SELECT kind, coalesce(model, '(no model)') AS model, band, count(*) AS n FROM (
             SELECT 'prompt' AS kind, model, {_band_sql('prompt_tokens')} AS band FROM workload_requests
             WHERE prompt_tokens IS NOT NULL AND {shown}
@@ -246,15 +240,19 @@ def _lengths(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
             SELECT 'output', model, {_band_sql('completion_tokens')} FROM workload_requests
             WHERE completion_tokens IS NOT NULL AND {shown})
         GROUP BY 1, 2, 3 ORDER BY 1 DESC, 2, 3""")
-    if hist:
-        present = {row["band"] for row in hist}
+    if hist.height:
         # Every band between the shortest and the longest, empty ones too, so the x axis is not distorted.
-        bands = [b for b in BAND_EDGES if min(present) <= b <= max(present)]
-        series = []
-        for kind, model in dict.fromkeys((row["kind"], row["model"]) for row in hist):
-            counts = {row["band"]: row["n"] for row in hist if row["kind"] == kind and row["model"] == model}
-            name = kind if model == "(no model)" and len({r["model"] for r in hist}) == 1 else f"{kind} ({model})"
-            series.append({"name": name, "x": [band_label(b) for b in bands], "y": [counts.get(b, 0) for b in bands]})
+        bands = [b for b in BAND_EDGES if hist["band"].min() <= b <= hist["band"].max()]
+        grid = (hist.select("kind", "model").unique(maintain_order=True)
+                .join(pl.DataFrame({"band": bands}, schema={"band": hist.schema["band"]}), how="cross",
+                      maintain_order="left_right")
+                .join(hist, on=["kind", "model", "band"], how="left", maintain_order="left")
+                .with_columns(pl.col("n").fill_null(0)))
+        one_model = hist["model"].n_unique() == 1
+        series = [{"name": kind if model == "(no model)" and one_model else f"{kind} ({model})",
+                   "x": [band_label(b) for b in bands], "y": counts}
+                  for kind, model, counts in grid.group_by("kind", "model", maintain_order=True)
+                  .agg(pl.col("n")).iter_rows()]
         out["histogram"] = chart("bar", "Prompt and output length", "tokens (log2 band, upper edge)", "requests",
                                  series)
     return out
@@ -264,7 +262,7 @@ def _sharing(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
     """Prefix-key groups (repeat share, top groups) and block-hash reuse with an unbounded cache."""
     out: dict[str, Any] = {}
     if base["with_prefix_key"]:
-        s = _one(con, """
+        s = first_row(con, """
             WITH g AS (SELECT prefix_key, count(*) AS n FROM workload_requests WHERE prefix_key IS NOT NULL GROUP BY 1)
             SELECT sum(n) AS keyed, count(*) AS keys, sum(CASE WHEN n >= 2 THEN n ELSE 0 END) AS in_shared_groups,
                    sum(n - 1) AS repeats, count(CASE WHEN n >= 2 THEN 1 END) AS shared_groups FROM g""")
@@ -272,20 +270,20 @@ def _sharing(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
                 "repeated_prefix_groups": s["shared_groups"],
                 "share_in_shared_groups": rounded(s["in_shared_groups"] / s["keyed"], 4),
                 "repeat_share": rounded(s["repeats"] / s["keyed"], 4)}
-        groups = _rows(con, f"""
+        groups = frame(con, f"""
             SELECT left(prefix_key, 12) AS prefix, count(*) AS requests, {q('prompt_tokens', 0.5)} AS prompt_p50,
                    min(t_at) AS first_seen, max(t_at) AS last_seen
             FROM workload_requests WHERE prefix_key IS NOT NULL GROUP BY prefix_key HAVING count(*) >= 2
             ORDER BY requests DESC, prefix LIMIT {MAX_PREFIX_GROUPS}""")
-        if groups:
+        if groups.height:
             out["largest_groups"] = table(["prefix key (first 12)", "requests", "prompt tokens p50", "first seen",
                                            "last seen"],
-                                          [[g["prefix"], g["requests"], g["prompt_p50"], iso(g["first_seen"]),
-                                            iso(g["last_seen"])] for g in groups])
-    has_blocks = _one(con, "SELECT count(*) AS n FROM workload_requests WHERE "
+                                          [[prefix, n, p50, iso(first), iso(last)]
+                                           for prefix, n, p50, first, last in groups.iter_rows()])
+    has_blocks = first_row(con, "SELECT count(*) AS n FROM workload_requests WHERE "
                            "json_extract(attrs, '$.prefix_blocks') IS NOT NULL").get("n")
     if has_blocks:
-        b = _one(con, f"""
+        b = first_row(con, f"""
             WITH r AS (SELECT row_number() OVER (ORDER BY t_at, source_line, request_id) AS seq, {BLOCKS_EXPR} AS blocks
                        FROM workload_requests WHERE json_extract(attrs, '$.prefix_blocks') IS NOT NULL),
                  b AS (SELECT seq, unnest(blocks) AS block FROM r),
@@ -309,7 +307,7 @@ def _concurrency(con: duckdb.DuckDBPyConnection, run: str, base: dict, span: flo
     out: dict[str, Any] = {}
     series = []
     if base["with_end"] and base["timed"]:
-        t0 = _one(con, "SELECT min(t_at) AS t0 FROM workload_requests")["t0"]
+        t0 = first_row(con, "SELECT min(t_at) AS t0 FROM workload_requests")["t0"]
         # +1 at arrival, -1 at end: the running sum after each event is the number in flight. At equal times ends
         # come first, so back-to-back requests do not count as overlapping.
         con.execute("""
@@ -319,15 +317,15 @@ def _concurrency(con: duckdb.DuckDBPyConnection, run: str, base: dict, span: flo
                 UNION ALL
                 SELECT greatest(t_done, t_at), -1 FROM workload_requests WHERE t_at IS NOT NULL AND t_done IS NOT NULL)
             SELECT t, d, sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS inflight FROM ev""")
-        stats = _rows(con, f"""SELECT CAST(floor({_offset(t0, 't')} / {width}) AS INTEGER) AS b, max(inflight) AS peak
+        stats = frame(con, f"""SELECT CAST(floor({_offset(t0, 't')} / {width}) AS INTEGER) AS b, max(inflight) AS peak
                                 FROM workload_inflight GROUP BY 1 ORDER BY 1""")
-        overall = _one(con, f"""SELECT max(inflight) AS peak, {q('inflight', 0.5)} AS p50, {q('inflight', 0.99)} AS p99
+        overall = first_row(con, f"""SELECT max(inflight) AS peak, {q('inflight', 0.5)} AS p50, {q('inflight', 0.99)} AS p99
                                  FROM workload_inflight WHERE d = 1""")
         con.execute("DROP TABLE workload_inflight")
         out |= {"source": "request arrival..end overlap", "in_flight_max": overall["peak"],
                 "in_flight_at_arrival_p50": rounded(overall["p50"]), "in_flight_at_arrival_p99": rounded(overall["p99"])}
         series.append({"name": "in flight, from the logs (max)",
-                       "x": [iso(t0 + timedelta(seconds=r["b"] * width)) for r in stats], "y": [r["peak"] for r in stats]})
+                       "x": [iso(t0 + timedelta(seconds=b * width)) for b in stats["b"]], "y": stats["peak"].to_list()})
     else:
         out["note"] = "no end times or e2e latencies: concurrency from the requests is unknown"
     gauges = _gauge_concurrency(con, run, width)
@@ -344,28 +342,28 @@ def _gauge_concurrency(con: duckdb.DuckDBPyConnection, run: str, width: float | 
     found = {}
     names = RUNNING_GAUGES + WAITING_GAUGES
     listed = ", ".join(_literal(n) for n in names)
-    present = [r["name"] for r in _rows(con, f"""SELECT DISTINCT name FROM metric_samples
-                                                  WHERE run = {_literal(run)} AND name IN ({listed}) AND series = 'value'""")]
+    present = frame(con, f"""SELECT DISTINCT name FROM metric_samples
+                             WHERE run = {_literal(run)} AND name IN ({listed}) AND series = 'value'""")["name"].to_list()
     running = next((n for n in RUNNING_GAUGES if n in present), None)
     waiting = next((n for n in WAITING_GAUGES if n in present), None)
     if running is None and waiting is None:
         return {}
-    span = _one(con, f"SELECT min(ts) AS t0, max(ts) AS t1 FROM metric_samples WHERE run = {_literal(run)}")
+    span = first_row(con, f"SELECT min(ts) AS t0, max(ts) AS t1 FROM metric_samples WHERE run = {_literal(run)}")
     t0 = span["t0"]
     width = width or bucket_width((span["t1"] - t0).total_seconds())
     series = []
     for label, name in (("running", running), ("waiting", waiting)):
         if name is None:
             continue
-        rows = _rows(con, f"""
+        rows = frame(con, f"""
             SELECT CAST(floor({_offset(t0, 'ts')} / {width}) AS INTEGER) AS b, max(v) AS v FROM (
                 SELECT ts, sum(value) AS v FROM metric_samples
                 WHERE run = {_literal(run)} AND name = {_literal(name)} AND series = 'value' GROUP BY ts)
             GROUP BY 1 ORDER BY 1""")
         found[f"engine_{label}_gauge"] = name
-        found[f"engine_{label}_max"] = max((r["v"] for r in rows), default=None)
-        series.append({"name": f"{name} (max)", "x": [iso(t0 + timedelta(seconds=r["b"] * width)) for r in rows],
-                       "y": [rounded(r["v"]) for r in rows]})
+        found[f"engine_{label}_max"] = rows["v"].max()
+        series.append({"name": f"{name} (max)", "x": [iso(t0 + timedelta(seconds=b * width)) for b in rows["b"]],
+                       "y": [rounded(v) for v in rows["v"]]})
     found["series"] = series
     return found
 
@@ -376,7 +374,7 @@ def _latency(con: duckdb.DuckDBPyConnection, base: dict, width: float) -> dict:
                         "the workload is described by arrivals and lengths"}
     models = _top_models(con)
     where = _model_filter(models)
-    per_model = _rows(con, f"""
+    per_model = frame(con, f"""
         SELECT coalesce(model, '(no model)') AS model, count(ttft_s) AS with_ttft,
                {q('ttft_s', 0.5)} AS ttft_p50, {q('ttft_s', 0.9)} AS ttft_p90, {q('ttft_s', 0.99)} AS ttft_p99,
                count(tpot_s) AS with_tpot, {q('tpot_s', 0.5)} AS tpot_p50, {q('tpot_s', 0.99)} AS tpot_p99,
@@ -384,26 +382,26 @@ def _latency(con: duckdb.DuckDBPyConnection, base: dict, width: float) -> dict:
         FROM workload_requests WHERE {where} GROUP BY model ORDER BY count(*) DESC, model""")
     out: dict[str, Any] = {"per_model": table(
         ["model", "with TTFT", "TTFT p50 (s)", "TTFT p90 (s)", "TTFT p99 (s)", "with TPOT", "TPOT p50 (s)",
-         "TPOT p99 (s)", "with e2e", "e2e p50 (s)", "e2e p99 (s)"], [list(r.values()) for r in per_model])}
+         "TPOT p99 (s)", "with e2e", "e2e p50 (s)", "e2e p99 (s)"], per_model.rows())}
     if not base["timed"]:
         out["note"] = "no arrival, first-token or end times: latency per window is unknown"
         return out
     column = "ttft_s" if base["with_ttft"] else "e2e_s" if base["with_e2e"] else "tpot_s"
     name = {"ttft_s": "TTFT", "e2e_s": "e2e", "tpot_s": "TPOT"}[column]
-    t0 = _one(con, "SELECT min(t_at) AS t0 FROM workload_requests")["t0"]
-    windows = _rows(con, f"""
+    t0 = first_row(con, "SELECT min(t_at) AS t0 FROM workload_requests")["t0"]
+    windows = frame(con, f"""
         SELECT CAST(floor({_offset(t0, 't_at')} / {width}) AS INTEGER) AS b, count({column}) AS n,
                {q(column, 0.5)} AS p50, {q(column, 0.99)} AS p99, {q('tpot_s', 0.5)} AS tpot_p50,
                {q('tpot_s', 0.99)} AS tpot_p99
         FROM workload_requests WHERE {column} IS NOT NULL AND t_at IS NOT NULL GROUP BY 1 ORDER BY 1""")
-    x = [iso(t0 + timedelta(seconds=w["b"] * width)) for w in windows]
-    series = [{"name": f"{name} p50 (s)", "x": x, "y": [rounded(w["p50"]) for w in windows]},
-              {"name": f"{name} p99 (s)", "x": x, "y": [rounded(w["p99"]) for w in windows]}]
+    x = [iso(t0 + timedelta(seconds=b * width)) for b in windows["b"]]
+    series = [{"name": f"{name} p50 (s)", "x": x, "y": [rounded(v) for v in windows["p50"]]},
+              {"name": f"{name} p99 (s)", "x": x, "y": [rounded(v) for v in windows["p99"]]}]
     with_tpot = column != "tpot_s" and bool(base["with_tpot"])
     if with_tpot:
         # TPOT is milliseconds where TTFT is tenths of seconds: one chart on a log scale keeps both readable.
-        series += [{"name": "TPOT p50 (s)", "x": x, "y": [rounded(w["tpot_p50"], 6) for w in windows]},
-                   {"name": "TPOT p99 (s)", "x": x, "y": [rounded(w["tpot_p99"], 6) for w in windows]}]
+        series += [{"name": "TPOT p50 (s)", "x": x, "y": [rounded(v, 6) for v in windows["tpot_p50"]]},
+                   {"name": "TPOT p99 (s)", "x": x, "y": [rounded(v, 6) for v in windows["tpot_p99"]]}]
     title = f"{name}" + (" and TPOT" if with_tpot else "") + f" per window ({width:g} s)"
     out["per_window"] = chart("line", title, "time", "seconds", series, x_time=True, y_log=with_tpot)
     if not base["with_ttft"]:
@@ -420,7 +418,7 @@ def _context_budget(con: duckdb.DuckDBPyConnection, run: str) -> dict:
     """
     out: dict[str, Any] = {}
     # The three attrs paths from one parse of each row's JSON (a list of paths), not three.
-    seen = _one(con, """SELECT max(context_window) AS ctx, count(context_window) AS n,
+    seen = first_row(con, """SELECT max(context_window) AS ctx, count(context_window) AS n,
                                max(TRY_CAST(v[1] AS BIGINT)) AS n_ctx, max(TRY_CAST(v[2] AS BIGINT)) AS per_slot,
                                max(TRY_CAST(v[3] AS BIGINT)) AS parallel
                         FROM (SELECT context_window,
@@ -440,7 +438,7 @@ def _context_budget(con: duckdb.DuckDBPyConnection, run: str) -> dict:
         per_seq = seen["ctx"]
         out |= {"context_per_sequence": per_seq, "source": f"context_window on {seen['n']} request(s) (the engine's "
                 "context errors name the per-slot size: llama.cpp --ctx-size / --parallel)"}
-    cfg = _one(con, f"""SELECT labels['kv_cache_size_tokens'] AS kv_tokens,
+    cfg = first_row(con, f"""SELECT labels['kv_cache_size_tokens'] AS kv_tokens,
                                labels['kv_cache_max_concurrency'] AS max_concurrency, labels['block_size'] AS block_size
                         FROM metric_samples WHERE run = {_literal(run)} AND name = 'vllm:cache_config_info'
                         ORDER BY ts DESC LIMIT 1""")
@@ -454,7 +452,7 @@ def _context_budget(con: duckdb.DuckDBPyConnection, run: str) -> dict:
             out |= {"context_per_sequence": per_seq,
                     "source": "vLLM cache_config_info: kv_cache_size_tokens / kv_cache_max_concurrency (max_model_len)"}
     if per_seq:
-        fit = _one(con, f"""SELECT count(*) AS n,
+        fit = first_row(con, f"""SELECT count(*) AS n,
                                    count(CASE WHEN prompt_tokens > {per_seq} THEN 1 END) AS prompt_over,
                                    count(CASE WHEN prompt_tokens + max_tokens > {per_seq} THEN 1 END) AS with_cap_over,
                                    count(max_tokens) AS with_cap

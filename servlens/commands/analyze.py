@@ -87,7 +87,6 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
     fmt = pick_format(output_format, out)
     chart_imports = None
     if fmt == "html":
-        _html_renderer()  # fail before any work when HTML is not available
         from servlens.render.charts import CHART_MODULES
 
         chart_imports = import_in_background(*CHART_MODULES)  # 0.8 s, while DuckDB ingests and runs the rules
@@ -124,18 +123,12 @@ def render(doc: dict, fmt: str, templates_dir: str | None = None, color: bool = 
 
         return render_analyze_markdown(doc)
     if fmt == "html":
-        return _html_renderer()(doc, templates_dir)
+        from servlens.render.html import render_html
+
+        return render_html(doc, templates_dir)
     from servlens.render.analyze_text import render_analyze_text
 
     return render_analyze_text(doc, color=color, verbose=verbose)
-
-
-def _html_renderer():
-    try:
-        from servlens.render.html import render_html
-    except ImportError:
-        raise ConfigError("HTML rendering is not available yet in this build", "Use --format text, json or md") from None
-    return render_html
 
 
 def _warn_not_evaluable(doc: dict) -> None:

@@ -98,11 +98,8 @@ def render(doc: dict, fmt: str, templates_dir: str | None = None) -> str:
 
         return render_compare_markdown(doc)
     if fmt == "html":
-        try:
-            from servlens.render.html import render_html
-        except ImportError:
-            raise ConfigError("The HTML report is not available in this build",
-                              "Use --format json, md or text") from None
+        from servlens.render.html import render_html
+
         return render_html(doc, templates_dir)
     from servlens.render.compare_text import render_compare_text
 

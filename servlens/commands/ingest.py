@@ -52,7 +52,7 @@ def ingest(ctx, inputs, run, from_format, profile_file, metrics_inputs, keep_tex
         servlens ingest incident/ --prometheus http://prometheus:9090 --db incident.duckdb
     """
     from servlens.ingest.api import check_something_ingested, ingest_inputs
-    from servlens.ingest.summary import ingest_text
+    from servlens.render.ingest_text import ingest_text
     from servlens.store.schema import open_store
 
     pull = prometheus_pull(prometheus_url, prometheus_selector, prometheus_start, prometheus_end)

@@ -10,9 +10,6 @@ import click
 from servlens.commands._common import default_out, output_options, pick_format, write_output
 from servlens.errors import InputError
 
-# The newest result-document schema this build renders (docs/CONTRIBUTING.md: every JSON output carries it).
-SUPPORTED_SCHEMA_VERSION = 1
-
 
 @click.command("report", context_settings={"max_content_width": 110})
 @click.argument("result", type=click.Path(dir_okay=False))
@@ -57,14 +54,22 @@ def load_result(path: Path) -> dict:
             f"'{path}' is not an analyze or compare result (kind: {kind!r})",
             "Pass the JSON written by `servlens analyze` or `servlens compare` with --format json",
         )
+    from servlens.documents import SCHEMA_VERSION, problems
+
     version = doc.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):
         raise InputError(f"'{path}' has no integer schema_version", "Pass a result written by servlens")
-    if version > SUPPORTED_SCHEMA_VERSION:
-        raise InputError(
-            f"'{path}' uses result schema {version}, newer than this servlens reads ({SUPPORTED_SCHEMA_VERSION})",
-            "Upgrade servlens to render it",
-        )
+    if version > SCHEMA_VERSION:
+        raise InputError(f"'{path}' uses result schema {version}, newer than this servlens reads ({SCHEMA_VERSION})",
+                         "Upgrade servlens to render it")
+    if version < SCHEMA_VERSION:
+        # Version 1 was untyped (the renderer guessed its shape); its documents are written again, not half-read.
+        raise InputError(f"'{path}' uses result schema {version}, older than this servlens reads ({SCHEMA_VERSION})",
+                         f"Write it again with this servlens: `servlens {doc['kind']} ... --format json`")
+    found = problems(doc, doc["kind"], limit=1)
+    if found:
+        raise InputError(f"'{path}' is not a valid {doc['kind']} result: {found[0]}",
+                         "Pass the JSON servlens wrote, unedited")
     return doc
 
 

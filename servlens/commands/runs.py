@@ -64,9 +64,7 @@ def runs(ctx, output_format, out, db):
         servlens runs
         servlens runs --format json
     """
-    from pathlib import Path
-
-    from servlens.ingest.summary import coverage_text, format_span
+    from servlens.render.ingest_text import runs_text
     from servlens.store.schema import open_store
 
     db_path = resolve_db(ctx, db)
@@ -78,26 +76,4 @@ def runs(ctx, output_format, out, db):
     if output_format == "json":
         write_output(json.dumps(document, indent=2), out)
         return
-    if not document["runs"]:
-        write_output(f"No runs in {db_path}. Ingest something with 'servlens ingest'.", out)
-        return
-    lines = [f"Store: {db_path}", ""]
-    for run in document["runs"]:
-        kinds = {}
-        for source in run["sources"]:
-            kinds.setdefault(source["kind"], []).append(source)
-        parts = []
-        for kind, members in kinds.items():
-            formats = sorted({m["format"] for m in members})
-            parts.append(f"{len(members)} {kind} source{'s' if len(members) != 1 else ''} ({', '.join(formats)})")
-        lines.append(f"{run['run']}: {'; '.join(parts) or 'no sources'}")
-        lines.append(f"  {run['requests']} requests, {run['metric_samples']} metric samples, {run['bad_lines']} bad lines")
-        lines.append(f"  {format_span(run['t_min'], run['t_max'], run['relative_clock'])}")
-        if run["requests"]:
-            for text in coverage_text(run["columns_filled"]):
-                lines.append(f"  {text}")
-        request_files = sorted({Path(s["path"]).name for s in run["sources"] if s["kind"] == "requests"})
-        if request_files:
-            lines.append(f"  from {', '.join(request_files)}")
-        lines.append("")
-    write_output("\n".join(lines).rstrip(), out)
+    write_output(runs_text(document, str(db_path)), out)

@@ -22,9 +22,9 @@ from servlens.compare import cohorts as co
 from servlens.compare import stats
 from servlens.compare.policy import (COVARIATES, DEFAULT_BY, DEFAULT_COVARIATES, LATENCY_METRICS, Gate, Policy,
                                      load_policy)
+from servlens.documents import SCHEMA_VERSION
 from servlens.errors import ConfigError, InputError
 
-SCHEMA_VERSION = 1   # additive changes only: servlens report renders every compare document of version 1
 # Gate charts: a CDF of at most CDF_MAX_POINTS points a series; past that, the bins where the CDF crosses these
 # levels (1% steps to p90, then finer and finer in the tail the p99 gates judge: 137 levels).
 CDF_MAX_POINTS = 160

@@ -3,7 +3,7 @@
     from servlens.ingest.api import ingest_inputs
     report = ingest_inputs(con, ["logs/", "scrapes/*.prom"], run="before")
     report.runs          # the runs this call touched (ingested into, or found already there)
-    report.to_dict()     # {"kind": "ingest", "schema_version": 1, "sources": [...], "skipped": [...], "runs": [...]}
+    report.to_dict()     # {"kind": "ingest", "schema_version": 2, "sources": [...], "skipped": [...], "runs": [...]}
 
 Every input is expanded (files, folders, globs), sniffed and routed: request logs to the format profiles
 (servlens.ingest.requests), Prometheus scrapes / query_range JSON / scrape index files to servlens.ingest.metrics.
@@ -22,7 +22,9 @@ from pathlib import Path
 
 import duckdb
 
+from servlens.documents import SCHEMA_VERSION
 from servlens.errors import ConfigError, InputError
+from servlens.ingest import metrics
 from servlens.ingest import sources as src
 from servlens.ingest.engine_info import EngineInfo, apply_engine_info, read_engine_info
 from servlens.ingest.profiles import (
@@ -36,7 +38,6 @@ from servlens.ingest.profiles import (
 from servlens.ingest.requests import SourceResult, column_coverage, ingest_request_file
 from servlens.ingest.sniff import FileSample, sample_file, score_profile, sniff, unwrap_sample
 
-INGEST_SCHEMA_VERSION = 1
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 
 # Files that sit beside logs and are not data: the reason says so instead of "not recognised".
@@ -58,7 +59,7 @@ class IngestReport:
     def to_dict(self) -> dict:
         return {
             "kind": "ingest",
-            "schema_version": INGEST_SCHEMA_VERSION,
+            "schema_version": SCHEMA_VERSION,
             "sources": self.sources,
             "skipped": self.skipped,
             "runs": self.runs,
@@ -110,23 +111,14 @@ def check_tz(value: str | None) -> str | None:
     return value
 
 
-def _metrics_module():
-    try:
-        from servlens.ingest import metrics
-    except ImportError:  # metrics ingest not installed: request logs still work
-        return None
-    return metrics
-
-
 def _plan(path: Path, named: bool, profiles: list[Profile], forced: Profile | None, metrics_only: bool) -> _Plan:
     problem = src.compression_problem(path)
     if problem:
         if named:
             raise InputError(f"{path} is {problem}", "Rename it to match its content, or recompress it")
         return _Plan(path, named, "skip", reason=problem)
-    metrics = _metrics_module()
-    metrics_format = metrics.sniff_metrics(path) if metrics else None
-    if metrics_format == getattr(metrics, "INDEX_FORMAT", "scrape-index"):
+    metrics_format = metrics.sniff_metrics(path)
+    if metrics_format == metrics.INDEX_FORMAT:
         return _Plan(path, named, "index", metrics_format=metrics_format)
     if metrics_format and not (forced and named):
         return _Plan(path, named, "metrics", metrics_format=metrics_format)
@@ -291,10 +283,9 @@ def _ingest_plans(con: duckdb.DuckDBPyConnection, plans: list[_Plan], not_files:
     start_dt = start
     report = IngestReport()
     report.skipped = [{"path": str(p.path), "reason": p.reason} for p in plans if p.kind == "skip"] + not_files
-    metrics = _metrics_module()
     index: dict = {}
     for plan in plans:
-        if plan.kind == "index" and metrics is not None:
+        if plan.kind == "index":
             index.update(metrics.load_scrape_index(plan.path))
             report.skipped.append({"path": str(plan.path), "reason": "scrape index: used for the scrape files' times and runs"})
 
@@ -332,7 +323,7 @@ def _ingest_plans(con: duckdb.DuckDBPyConnection, plans: list[_Plan], not_files:
                 touched.extend(result.runs)
             else:
                 label = run or _scrape_run(metrics.metrics_run_for(plan.path, index or None), plan, request_results)
-                summary = _ingest_metrics(con, metrics, plan, run=label, at=at, index=index or None,
+                summary = _ingest_metrics(con, plan, run=label, at=at, index=index or None,
                                           keep_text=keep_text, strict=strict)
                 report.sources.append(summary)
                 touched.append(summary["run"])
@@ -428,11 +419,9 @@ def _drop_rowless_source(con: duckdb.DuckDBPyConnection, result: SourceResult, p
     return reason
 
 
-def _ingest_metrics(con, metrics, plan: _Plan, *, run, at, index, keep_text: bool, strict: bool) -> dict:
+def _ingest_metrics(con, plan: _Plan, *, run, at, index, keep_text: bool, strict: bool) -> dict:
     label = run or plan.path.name.split(".")[0]
-    decide = getattr(metrics, "decide_metrics_source", None)
-    decision = (decide(con, label, plan.path, fmt=plan.metrics_format, at=at, index=index) if decide
-                else src.decide_source(con, label, "metrics", plan.path))
+    decision = metrics.decide_metrics_source(con, label, plan.path, fmt=plan.metrics_format, at=at, index=index)
     with src.one_transaction(con):
         summary = metrics.ingest_metrics_file(
             con, plan.path, run=label, decision=decision, fmt=plan.metrics_format, at=at, index=index,

@@ -25,6 +25,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from servlens.documents import (AnalyzeDocument, Chart, CompareDocument, Coverage, Finding, Gate, Improvement, Scope,
+                                 Side)
 from servlens.errors import ConfigError, InputError
 from servlens.escape import bound_fields
 
@@ -345,21 +347,20 @@ class _ReportBuilder:
     def __init__(self, doc: dict):
         self.doc = doc
         self._svg_cache: dict[int, dict] = {}
-        self.relative_clock = bool(((doc.get("coverage") or {}).get("time_span") or {}).get("relative_clock"))
+        # compare documents carry no clock of their own: their runs' times are not shown on a time axis
+        self.relative_clock = doc["kind"] == "analyze" and doc["coverage"]["time_span"]["relative_clock"]
 
     # -- charts
 
-    def chart(self, chart: Any, budget: list[int], placeholder: bool = True) -> dict | None:
-        """The rendered chart ({svg, title, notes}) if `chart` is a CHART and the page's chart budget allows; past
-        the budget a placeholder saying so (or None when `placeholder` is false)."""
-        from servlens.render.charts import is_chart
-
-        if not is_chart(chart):
+    def chart(self, chart: Chart | None, budget: list[int], placeholder: bool = True) -> dict | None:
+        """The rendered chart ({svg, title, notes}) if there is one and the page's chart budget allows; past the
+        budget a placeholder saying so (or None when `placeholder` is false)."""
+        if chart is None:
             return None
         if budget[0] <= 0:
             if not placeholder:
                 return None
-            return {"svg": None, "title": chart.get("title"), "notes": ["chart left out to keep the report small"]}
+            return {"svg": None, "title": chart["title"], "notes": ["chart left out to keep the report small"]}
         budget[0] -= 1
         key = id(chart)
         if key not in self._svg_cache:
@@ -368,7 +369,7 @@ class _ReportBuilder:
             from servlens.render.charts import chart_svg
 
             svg, notes = chart_svg(chart, f"c{len(self._svg_cache) + 1}", relative_clock=self.relative_clock)
-            self._svg_cache[key] = {"svg": Markup(svg), "title": chart.get("title"), "notes": notes}
+            self._svg_cache[key] = {"svg": Markup(svg), "title": chart["title"], "notes": notes}
         return self._svg_cache[key]
 
     # -- tables
@@ -423,9 +424,8 @@ class _ReportBuilder:
     def blocks(self, value: Any, limits: Limits, budget: list[int], title: str | None = None, depth: int = 0) -> list:
         """Render any JSON value as a list of blocks: kv (scalars), table, chart, list, section (nested)."""
         out: list[dict] = []
-        rendered = self.chart(value, budget)
-        if rendered is not None:
-            return [{"kind": "chart", "title": title, "chart": rendered}]
+        if _is_chart_value(value):
+            return [{"kind": "chart", "title": title, "chart": self.chart(value, budget)}]
         if isinstance(value, dict):
             if isinstance(value.get("columns"), list) and isinstance(value.get("rows"), list):
                 return [{"kind": "table", "title": title, "table": self.table(value["columns"], value["rows"], limits)}]
@@ -487,7 +487,7 @@ class _ReportBuilder:
                 out.append({"kind": "table", "title": title, "table": table})
                 for item in value[: limits.table_rows]:
                     for key, nested in item.items():
-                        rendered = self.chart(nested, budget, placeholder=False)
+                        rendered = self.chart(nested, budget, placeholder=False) if _is_chart_value(nested) else None
                         if rendered is not None:
                             out.append({"kind": "chart", "title": None, "chart": rendered})
                 return out
@@ -505,46 +505,39 @@ class _ReportBuilder:
         budget = [limits.charts]
         common = {
             "doc": self.doc,
-            "kind": self.doc.get("kind"),
+            "kind": self.doc["kind"],
             "limits": limits,
-            "generated_at": self.doc.get("generated_at"),
-            "servlens_version": self.doc.get("servlens_version"),
-            "schema_version": self.doc.get("schema_version"),
+            "generated_at": self.doc["generated_at"],
+            "servlens_version": self.doc["servlens_version"],
+            "schema_version": self.doc["schema_version"],
             "relative_clock": self.relative_clock,
         }
-        if self.doc.get("kind") == "analyze":
+        if self.doc["kind"] == "analyze":
             common.update(self._analyze(limits, budget))
         else:
             common.update(self._compare(limits, budget))
         return common
 
     def _analyze(self, limits: Limits, budget: list[int]) -> dict:
-        doc = self.doc
-        findings = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
-        fired = sorted(
-            (f for f in findings if f.get("state") == "fired"),
-            key=lambda f: (SEVERITY_ORDER.get(f.get("severity"), 3), str(f.get("rule")), _scope_text(f.get("scope"))),
-        )
-        not_evaluable = sorted((f for f in findings if f.get("state") == "not_evaluable"),
-                               key=lambda f: (str(f.get("rule")), _scope_text(f.get("scope"))))
-        clear = sorted((f for f in findings if f.get("state") == "clear"),
-                       key=lambda f: (str(f.get("rule")), _scope_text(f.get("scope"))))
-        other = [f for f in findings if f.get("state") not in ("fired", "not_evaluable", "clear")]
+        doc: AnalyzeDocument = self.doc
+        findings = doc["findings"]
+        fired = sorted((f for f in findings if f["state"] == "fired"),
+                       key=lambda f: (SEVERITY_ORDER[f["severity"]], f["rule"], _scope_text(f["scope"])))
+        not_evaluable = sorted((f for f in findings if f["state"] == "not_evaluable"),
+                               key=lambda f: (f["rule"], _scope_text(f["scope"])))
+        clear = sorted((f for f in findings if f["state"] == "clear"), key=lambda f: (f["rule"], _scope_text(f["scope"])))
 
         detailed = [self._finding(f, index, limits, budget)
                     for index, f in enumerate(fired[: limits.detailed_findings], start=1)]
         by_severity: dict[str, int] = {}
         for finding in fired:
-            by_severity[str(finding.get("severity"))] = by_severity.get(str(finding.get("severity")), 0) + 1
+            by_severity[finding["severity"]] = by_severity.get(finding["severity"], 0) + 1
 
-        coverage = doc.get("coverage") or {}
-        runs = doc.get("run")
-        runs = runs if isinstance(runs, list) else ([runs] if runs else coverage.get("runs") or [])
-        workload = doc.get("workload")
+        runs = doc["run"] if isinstance(doc["run"], list) else [doc["run"]]
         return {
             "title": "Incident report" + (f": {', '.join(str(r) for r in runs)}" if runs else ""),
             "runs": runs,
-            "coverage": self._coverage(coverage, limits),
+            "coverage": self._coverage(doc["coverage"], limits),
             "fired": detailed,
             "fired_total": len(fired),
             "fired_not_detailed": [
@@ -552,15 +545,13 @@ class _ReportBuilder:
                 for i, f in enumerate(fired[limits.detailed_findings:], start=limits.detailed_findings + 1)
             ][: max(limits.gate_rows, 15)],
             "fired_hidden": max(0, len(fired) - limits.detailed_findings - max(limits.gate_rows, 15)),
-            "by_severity": [(s, by_severity[s]) for s in sorted(by_severity, key=lambda s: SEVERITY_ORDER.get(s, 3))],
-            "top_severity": min((f.get("severity") for f in fired), key=lambda s: SEVERITY_ORDER.get(s, 3),
-                                default=None),
+            "by_severity": [(s, by_severity[s]) for s in sorted(by_severity, key=SEVERITY_ORDER.__getitem__)],
+            "top_severity": min((f["severity"] for f in fired), key=SEVERITY_ORDER.__getitem__, default=None),
             "not_evaluable": [_finding_head(f) for f in not_evaluable[: limits.gate_rows]],
             "not_evaluable_total": len(not_evaluable),
             "clear": [_finding_head(f) for f in clear[: limits.gate_rows]],
             "clear_total": len(clear),
-            "other": [_finding_head(f) for f in other[: limits.gate_rows]],
-            "workload": self.blocks(workload, limits, budget) if workload else None,
+            "workload": self.blocks(doc["workload"], limits, budget),
             "story": self._story(limits, budget),
         }
 
@@ -575,194 +566,155 @@ class _ReportBuilder:
             return None
         goodput = None
         if g:
-            per_window = g.get("per_window") or {}
+            capacity = g.get("capacity", {})
             scopes = [{"name": story.scope_name(s), "chart": self.chart(s.get("chart"), budget, placeholder=False),
                        "table": self.table(story.CAPACITY_COLUMNS, story.capacity_rows(s), limits)}
-                      for s in (g.get("capacity") or {}).get("scopes") or []]
-            goodput = {"summary": g["summary"], "note": (g.get("capacity") or {}).get("note"),
-                       "window_chart": self.chart(per_window.get("chart"), budget, placeholder=False),
+                      for s in capacity.get("scopes", [])]
+            goodput = {"summary": g["summary"], "note": capacity.get("note"),
+                       "window_chart": self.chart(g.get("per_window", {}).get("chart"), budget, placeholder=False),
                        "curves_chart": self.chart((g.get("curves") or {}).get("chart"), budget, placeholder=False),
                        "scopes": scopes}
         return {"chains": chains, "goodput": goodput}
 
-    def _coverage(self, coverage: dict, limits: Limits) -> dict:
-        sources = [s for s in coverage.get("sources") or [] if isinstance(s, dict)]
-        span = coverage.get("time_span") or {}
-        start, end = parse_time(span.get("start")), parse_time(span.get("end"))
-        columns_present = [str(c) for c in coverage.get("columns_present") or []]
-        try:
-            from servlens.store.schema import REQUEST_COLUMNS
+    def _coverage(self, coverage: Coverage, limits: Limits) -> dict:
+        sources = coverage["sources"]
+        span = coverage["time_span"]
+        start, end = parse_time(span["start"]), parse_time(span["end"])
+        columns_present = coverage["columns_present"]
+        from servlens.store.schema import REQUEST_COLUMNS
 
-            known = [c for c in REQUEST_COLUMNS if c not in ("run", "source_id", "source_line", "attrs")]
-            columns_absent = [c for c in known if c not in columns_present] if columns_present else []
-        except ImportError:  # the store module is optional for rendering a saved document
-            columns_absent = []
-        extra = {k: v for k, v in coverage.items()
-                 if k not in ("sources", "runs", "requests", "time_span", "models", "columns_present",
-                              "metrics_present")}
+        known = [c for c in REQUEST_COLUMNS if c not in ("run", "source_id", "source_line", "attrs")]
+        columns_absent = [c for c in known if c not in columns_present] if columns_present else []
+        extra = {"skipped": coverage["skipped"]} if "skipped" in coverage else {}
         return {
             "sources": self.records_table(_group_scrapes(sources), replace(limits, table_rows=max(limits.table_rows, 10))),
             "source_files": len(sources),
-            "bad_lines": sum(int(s.get("bad_lines") or 0) for s in sources),
-            "runs": _clip_list(coverage.get("runs"), limits),
-            "requests": coverage.get("requests"),
-            "start": span.get("start"),
-            "end": span.get("end"),
+            "bad_lines": sum(s["bad_lines"] for s in sources),
+            "runs": _clip_list(coverage["runs"], limits),
+            "requests": coverage["requests"],
+            "start": span["start"],
+            "end": span["end"],
             "duration_s": (end - start).total_seconds() if start and end else None,
-            "relative_clock": bool(span.get("relative_clock")),
-            "models": _clip_list(coverage.get("models"), limits),
+            "relative_clock": span["relative_clock"],
+            "models": _clip_list(coverage["models"], limits),
             "columns_present": columns_present,
             "columns_absent": columns_absent,
-            "metrics_present": _clip_list(coverage.get("metrics_present"), limits, 4),
+            "metrics_present": _clip_list(coverage["metrics_present"], limits, 4),
             "extra": self.blocks(extra, limits, [0]) if extra else [],
         }
 
-    def _finding(self, finding: dict, index: int, limits: Limits, budget: list[int]) -> dict:
-        evidence = finding.get("evidence") or {}
-        table = evidence.get("table") if isinstance(evidence.get("table"), dict) else None
-        examples = [e for e in finding.get("examples") or [] if isinstance(e, dict)]
-        metrics = evidence.get("metrics") if isinstance(evidence.get("metrics"), dict) else {}
-        thresholds = evidence.get("thresholds") if isinstance(evidence.get("thresholds"), dict) else {}
-        extra_evidence = {k: v for k, v in evidence.items()
-                          if k not in ("metrics", "thresholds", "windows", "table", "chart")}
+    def _finding(self, finding: Finding, index: int, limits: Limits, budget: list[int]) -> dict:
+        evidence = finding["evidence"]
+        table = evidence["table"]
+        examples = finding["examples"]
         return {
             **_finding_head(finding),
             "anchor": f"finding-{index}",
-            "metrics": [(humanize(k), format_keyed(k, v, limits.cell_chars)) for k, v in metrics.items()],
-            "thresholds": [(humanize(k), format_keyed(k, v, limits.cell_chars)) for k, v in thresholds.items()],
-            "windows": [w for w in evidence.get("windows") or [] if isinstance(w, dict)][: limits.list_items],
-            "table": self.table(table.get("columns"), table.get("rows"), limits) if table else None,
-            "chart": self.chart(evidence.get("chart"), budget),
-            "extra": self.blocks(extra_evidence, limits, budget) if extra_evidence else [],
+            "metrics": [(humanize(k), format_keyed(k, v, limits.cell_chars)) for k, v in evidence["metrics"].items()],
+            "thresholds": [(humanize(k), format_keyed(k, v, limits.cell_chars))
+                           for k, v in evidence["thresholds"].items()],
+            "windows": evidence["windows"][: limits.list_items],
+            "table": self.table(table["columns"], table["rows"], limits) if table else None,
+            "chart": self.chart(evidence["chart"], budget),
             "examples": [
-                {"request_id": format_cell(e.get("request_id"), 120), "source": format_cell(e.get("source"), 200),
-                 "line": e.get("line")}
+                {"request_id": format_cell(e["request_id"], 120), "source": format_cell(e["source"], 200),
+                 "line": e["line"]}
                 for e in examples[: limits.examples]
             ],
             "examples_total": len(examples),
-            "remediation": _clip(finding.get("remediation"), limits.cell_chars * 20),
-            "rollback": _clip(finding.get("rollback"), limits.cell_chars * 20),
-            "references": [reference(r) for r in (finding.get("references") or []) if isinstance(r, str)][:10],
+            "remediation": _clip(finding["remediation"], limits.cell_chars * 20),
+            "rollback": _clip(finding["rollback"], limits.cell_chars * 20),
+            "references": [reference(r) for r in finding["references"]][:10],
         }
 
     def _compare(self, limits: Limits, budget: list[int]) -> dict:
-        doc = self.doc
-        gates = [g for g in doc.get("gates") or [] if isinstance(g, dict)]
-        ordered = sorted(
-            enumerate(gates),
-            key=lambda pair: (VERDICT_ORDER.get(pair[1].get("verdict"), 3), not pair[1].get("critical"), pair[0]),
-        )
+        doc: CompareDocument = self.doc
+        gates = doc["gates"]
+        ordered = sorted(enumerate(gates),
+                         key=lambda pair: (VERDICT_ORDER[pair[1]["verdict"]], not pair[1]["critical"], pair[0]))
         gate_rows = [self._gate(gate, limits) for _, gate in ordered[: limits.gate_rows]]
         gate_charts = []
-        with_detail = [gate for _, gate in ordered
-                       if _is_chart_value(gate.get("chart")) or isinstance(gate.get("cohorts"), list) and gate["cohorts"]]
+        with_detail = [gate for _, gate in ordered if gate.get("chart") is not None or gate.get("cohorts")]
         hidden_charts = 0
         residual_drawn: set[str] = set()
         for gate in with_detail[: limits.gate_rows]:
             rendered = self.chart(gate.get("chart"), budget, placeholder=False)
-            if rendered is None and _is_chart_value(gate.get("chart")):
+            if rendered is None and gate.get("chart") is not None:
                 hidden_charts += 1
             cohorts = self._gate_cohorts(gate, limits)
             if rendered is None and cohorts is None:
                 continue
             # the covariate adjustment's check (log latency against log prompt tokens), once per metric
             residual = None
-            if _is_chart_value(gate.get("residual_chart")) and str(gate.get("metric")) not in residual_drawn:
+            if gate.get("residual_chart") is not None and gate["metric"] not in residual_drawn:
                 residual = self.chart(gate["residual_chart"], budget, placeholder=False)
-                residual_drawn.add(str(gate.get("metric")))
+                residual_drawn.add(gate["metric"])
             gate_charts.append({"gate": self._gate(gate, limits), "chart": rendered, "cohorts": cohorts,
                                 "residual": residual})
         counts: dict[str, int] = {}
         for gate in gates:
-            counts[str(gate.get("verdict"))] = counts.get(str(gate.get("verdict")), 0) + 1
+            counts[gate["verdict"]] = counts.get(gate["verdict"], 0) + 1
         rollback = [
-            {"verdict": gate.get("verdict"), "critical": bool(gate.get("critical")),
-             "name": str(gate.get("name") or f"{metric_name(gate.get('metric'))} {gate.get('statistic') or ''}"),
-             "text": _clip(gate.get("rollback_criterion"), limits.cell_chars * 10),
-             "rule": _clip(gate.get("rule"), limits.cell_chars * 10)}
+            {"verdict": gate["verdict"], "critical": gate["critical"], "name": gate["name"],
+             "text": _clip(gate["rollback_criterion"], limits.cell_chars * 10),
+             "rule": _clip(gate["rule"], limits.cell_chars * 10)}
             for _, gate in ordered
-            if gate.get("rollback_criterion") or gate.get("rule")
         ][: limits.gate_rows]
-        before, after = doc.get("before") or {}, doc.get("after") or {}
-        known = {"kind", "schema_version", "verdict", "reason", "before", "after", "coverage", "mix_shift", "gates",
-                 "improvements", "cohorts", "generated_at", "servlens_version", "policy", "warnings", "notes",
-                 "method", "merged_bands"}
-        extra = {k: v for k, v in doc.items() if k not in known}
-        cohorts = doc.get("cohorts") or []
-        # notes: sentences on what the comparison could not see (unknown token counts, rates banded coarser);
-        # method: how each kind of gate is computed, one sentence per aspect. Other shapes are shown as they are.
-        notes = doc.get("notes") or []
-        if not (isinstance(notes, list) and all(is_scalar(n) for n in notes)):
-            extra["notes"], notes = notes, []
-        merged = doc.get("merged_bands") or []
-        if isinstance(merged, list) and all(is_scalar(m) for m in merged):
-            notes = list(notes) + [f"bands merged to reach {(doc.get('policy') or {}).get('min_cohort_requests', 30)} "
-                                   f"requests a side: {m}" for m in merged]
-        notes = [format_cell(n, limits.cell_chars * 5) for n in notes if n is not None]
-        method = doc.get("method") or {}
-        if not (isinstance(method, dict) and all(is_scalar(v) for v in method.values())):
-            extra["method"], method = method, {}
-        method_items = [(humanize(k), format_cell(v, limits.cell_chars * 15)) for k, v in method.items()
-                        if v is not None]
+        before, after = doc["before"], doc["after"]
+        # what the page has no section of its own for (the goodput gate of --slo)
+        extra = {"goodput_gate": doc["goodput_gate"]} if "goodput_gate" in doc else {}
+        cohorts = doc["cohorts"]
+        # notes: sentences on what the comparison could not see (unknown token counts, rates banded coarser), and
+        # the bands merged to reach the minimum cohort size; method: one sentence per aspect of the statistics.
+        notes = doc["notes"] + [f"bands merged to reach {doc['policy']['min_cohort_requests']} requests a side: {m}"
+                                for m in doc["merged_bands"]]
+        notes = [format_cell(n, limits.cell_chars * 5) for n in notes]
+        method_items = [(humanize(k), format_cell(v, limits.cell_chars * 15)) for k, v in doc["method"].items()]
         return {
-            "title": "Release gate: " + " → ".join(_side_label(side, name)
-                                                   for name, side in (("before", before), ("after", after))),
-            "verdict": str(doc.get("verdict") or "inconclusive"),
-            "reason": _clip(doc.get("reason"), limits.cell_chars * 20),
+            "title": "Release gate: " + " → ".join(_side_label(side) for side in (before, after)),
+            "verdict": doc["verdict"],
+            "reason": _clip(doc["reason"], limits.cell_chars * 20),
             "before": before,
             "after": after,
             "sides": self._sides(before, after, limits),
-            "coverage": self.blocks(doc.get("coverage"), limits, budget) if doc.get("coverage") else [],
-            "mix_shift": self.blocks(doc.get("mix_shift"), limits, budget) if doc.get("mix_shift") else [],
+            "coverage": self.blocks(doc["coverage"], limits, budget),
+            "mix_shift": self.blocks(doc["mix_shift"], limits, budget),
             "gates": gate_rows,
             "gates_total": len(gates),
             "verdict_counts": [(v, counts[v]) for v in sorted(counts, key=lambda v: VERDICT_ORDER.get(v, 3))],
             "gate_charts": gate_charts,
             "gate_charts_hidden": hidden_charts,
             "rollback": rollback,
-            "improvements": self._improvements(doc.get("improvements"), limits, budget),
+            "improvements": self._improvements(doc["improvements"], limits),
             "cohorts": self.blocks(cohorts, limits, budget) if cohorts else [],
-            "cohorts_total": len(cohorts) if isinstance(cohorts, list) else None,
-            "policy": self.blocks(doc.get("policy"), limits, budget) if doc.get("policy") else [],
-            "warnings": [format_cell(w, 400) for w in (doc.get("warnings") or [])][: limits.list_items],
+            "cohorts_total": len(cohorts),
+            "policy": self.blocks(doc["policy"], limits, budget),
             "notes": notes[: limits.list_items],
             "notes_hidden": max(0, len(notes) - limits.list_items),
             "method": method_items,
             "extra": self.blocks(extra, limits, budget) if extra else [],
         }
 
-    def _sides(self, before: Any, after: Any, limits: Limits) -> list[tuple[str, str, str]]:
-        """Before and after run summaries side by side (keys in order of first appearance)."""
-        if not isinstance(before, dict) or not isinstance(after, dict):
-            return [("Run", format_cell(before), format_cell(after))]
-        keys: list[str] = []
-        for side in (before, after):
-            for key, value in side.items():
-                if key not in keys and (is_scalar(value) or isinstance(value, (list, dict))):
-                    keys.append(key)
-        rows = []
-        for key in keys[: limits.list_items]:
-            rows.append((humanize(key), _side_value(key, before.get(key), limits),
-                         _side_value(key, after.get(key), limits)))
-        return rows
+    def _sides(self, before: Side, after: Side, limits: Limits) -> list[tuple[str, str, str]]:
+        """Before and after run summaries side by side: run, requests, models, sources."""
+        return [(humanize(key), _side_value(key, before[key], limits), _side_value(key, after[key], limits))
+                for key in ("run", "requests", "models", "sources")]
 
-    def _improvements(self, improvements: Any, limits: Limits, budget: list[int]) -> list:
-        """Clear improvements: their sentences when compare wrote them, else whatever shape they have."""
+    def _improvements(self, improvements: list[Improvement], limits: Limits) -> list:
+        """Clear improvements, one sentence each (the gate named once)."""
         if not improvements:
             return []
-        if isinstance(improvements, list) and all(isinstance(i, dict) and i.get("summary") for i in improvements):
-            items = [format_cell(f"{i['gate']}: {i['summary']}" if i.get("gate") and not str(i["summary"]).startswith(
-                str(i["gate"])) else i["summary"], limits.cell_chars * 3) for i in improvements]
-            return [{"kind": "list", "title": None, "items": items[: limits.list_items],
-                     "hidden": max(0, len(items) - limits.list_items)}]
-        return self.blocks(improvements, limits, budget)
+        items = [format_cell(i["summary"] if i["summary"].startswith(i["gate"]) else f"{i['gate']}: {i['summary']}",
+                             limits.cell_chars * 3) for i in improvements]
+        return [{"kind": "list", "title": None, "items": items[: limits.list_items],
+                 "hidden": max(0, len(items) - limits.list_items)}]
 
-    def _gate_cohorts(self, gate: dict, limits: Limits) -> dict | None:
+    def _gate_cohorts(self, gate: Gate, limits: Limits) -> dict | None:
         """A gate's per-cohort results (the diagnostics behind a mix-adjusted headline) as a table."""
-        cohorts = [c for c in gate.get("cohorts") or [] if isinstance(c, dict)]
+        cohorts = gate.get("cohorts", [])
         if not cohorts:
             return None
-        latency = gate.get("kind") == "latency" or (gate.get("kind") is None and _is_latency(str(gate.get("metric"))))
+        latency = gate["kind"] == "latency"
         value = format_seconds if latency else format_percent
         rows = []
         for cohort in cohorts:
@@ -782,13 +734,10 @@ class _ReportBuilder:
         table["numeric"] = [False, True, True, True, True, True, False]
         return table
 
-    def _gate(self, gate: dict, limits: Limits) -> dict:
-        metric = str(gate.get("metric") or "")
-        statistic = str(gate.get("statistic") or "")
-        if gate.get("kind") in ("latency", "rate"):
-            is_ratio = gate["kind"] == "latency"
-        else:
-            is_ratio = gate.get("ratio") is not None or ("diff" not in gate and _is_latency(metric))
+    def _gate(self, gate: Gate, limits: Limits) -> dict:
+        metric, statistic = gate["metric"], gate["statistic"]
+        # a latency gate is a ratio after/before, a rate gate a difference of shares (servlens.documents.Gate)
+        is_ratio = gate["kind"] == "latency"
         if is_ratio:
             ratio, high = _finite(gate.get("ratio")), _finite(gate.get("ci_high"))
             # Past 2× a multiple reads better than "+3808.9%".
@@ -801,32 +750,27 @@ class _ReportBuilder:
             change = _signed_points(gate.get("diff"))
             interval = (_signed_points(gate.get("ci_low")), _signed_points(gate.get("ci_high")))
             tolerance = _tolerance_text(gate.get("tolerance"), ratio=False)
-        if isinstance(gate.get("tolerance_text"), str) and gate["tolerance_text"]:
-            tolerance = gate["tolerance_text"]
-        if is_ratio:
-            value = format_seconds if (_is_latency(metric) or gate.get("unit") == "s") else format_number
-        else:
-            value = format_percent if (_is_rate(metric) or gate.get("unit") == "share" or gate.get("kind") == "rate") \
-                else format_number
-        note = gate.get("reason") or gate.get("note")
+        tolerance = gate.get("tolerance_text") or tolerance
+        value = {"s": format_seconds, "share": format_percent}.get(gate["unit"], format_number)
+        note = gate.get("reason")
         if gate.get("thin_tail"):
             note = f"{gate['thin_tail']}" + (f"; {note}" if note else "")
         if gate.get("requests_needed"):
             note = (f"{note or 'undecided'}; about {gate['requests_needed']:,} requests a side would detect the "
                     f"tolerance")
         return {
-            "name": str(gate.get("name") or f"{metric_name(metric)} {statistic}".strip() or "gate"),
+            "name": gate["name"],
             "metric": metric,
             "statistic": statistic,
-            "cohort": format_cell(gate.get("cohort") if gate.get("cohort") is not None else "all (mix-adjusted)",
+            "cohort": format_cell(gate["cohort"] if gate["cohort"] is not None else "all (mix-adjusted)",
                                   limits.cell_chars),
-            "before": value(gate.get("before")),
-            "after": value(gate.get("after")),
+            "before": value(gate["before"]),
+            "after": value(gate["after"]),
             "change": change,
             "interval": interval if any(part != "—" for part in interval) else None,
             "tolerance": tolerance,
-            "critical": bool(gate.get("critical")),
-            "verdict": str(gate.get("verdict") or "inconclusive"),
+            "critical": gate["critical"],
+            "verdict": gate["verdict"],
             "n_before": gate.get("n_before"),
             "n_after": gate.get("n_after"),
             "note": _clip(note, limits.cell_chars * 3),
@@ -923,12 +867,10 @@ def _group_scrapes(sources: list[dict]) -> list[dict]:
     return [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
 
 
-def _side_label(side: Any, default: str) -> str:
+def _side_label(side: Side) -> str:
     """What a run is called in the title: its label, or where it came from when the label is just before/after."""
-    if not isinstance(side, dict):
-        return str(side or default)
-    label = str(side.get("run") or side.get("label") or default)
-    paths = [str(s.get("path")) for s in side.get("sources") or [] if isinstance(s, dict) and s.get("path")]
+    label = side["run"]
+    paths = [s["path"] for s in side["sources"]]
     if label in ("before", "after") and paths:
         folders = {p.rsplit("/", 1)[0] if "/" in p else p for p in paths}
         # The folder's name; its full path is in the runs table below the verdict.
@@ -937,8 +879,8 @@ def _side_label(side: Any, default: str) -> str:
 
 
 def _side_value(key: str, value: Any, limits: Limits) -> str:
-    if isinstance(value, list) and value and all(isinstance(v, dict) and "path" in v for v in value):
-        shown = [f"{v.get('path')} ({v.get('format') or 'unknown format'}, {format_number(v.get('rows'))} rows)"
+    if key == "sources":
+        shown = [f"{v['path']} ({v['format'] or 'unknown format'}, {format_number(v['rows'])} rows)"
                  for v in value[: limits.list_items]]
         more = f" … and {len(value) - len(shown)} more" if len(value) > len(shown) else ""
         return "; ".join(shown) + more
@@ -949,17 +891,6 @@ def _side_value(key: str, value: Any, limits: Limits) -> str:
 
 def _is_chart_value(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("type"), str) and isinstance(value.get("series"), list)
-
-
-def _is_latency(metric: str) -> bool:
-    name = metric.lower()
-    return any(part in name for part in ("ttft", "tpot", "itl", "e2e", "queue", "latency", "prefill", "decode")) \
-        or name.endswith("_s")
-
-
-def _is_rate(metric: str) -> bool:
-    name = metric.lower()
-    return "rate" in name or name.endswith(("_share", "_fraction"))
 
 
 def _signed_percent_from_ratio(ratio: Any) -> str:
@@ -993,22 +924,19 @@ def _tolerance_text(tolerance: Any, ratio: bool) -> str:
     return f"{number * 100:+.2f} pp"
 
 
-def _scope_text(scope: Any) -> str:
-    if isinstance(scope, dict):
-        return " · ".join(f"{k} {v}" for k, v in scope.items() if v is not None)
-    return "" if scope is None else str(scope)
+def _scope_text(scope: Scope) -> str:
+    return " · ".join(f"{k} {v}" for k, v in scope.items() if v is not None)
 
 
-def _finding_head(finding: dict) -> dict:
+def _finding_head(finding: Finding) -> dict:
     """What every listing of a finding shows: rule, name, title, severity, state, scope, summary, reason."""
     return {
-        "rule": format_cell(finding.get("rule"), 40),
-        "name": format_cell(finding.get("name"), 80),
-        "title": _clip(finding.get("title") or finding.get("name") or finding.get("rule"), 300),
-        "severity": str(finding.get("severity") or "info"),
-        "state": str(finding.get("state") or ""),
-        "scope": _scope_text(finding.get("scope")) or "all traffic",
-        "summary": _clip(finding.get("summary"), 6000),
-        "reason": _clip(finding.get("reason"), 3000),
-        "requires": finding.get("requires") or finding.get("needs"),
+        "rule": format_cell(finding["rule"], 40),
+        "name": format_cell(finding["name"], 80),
+        "title": _clip(finding["title"], 300),
+        "severity": finding["severity"],
+        "state": finding["state"],
+        "scope": _scope_text(finding["scope"]) or "all traffic",
+        "summary": _clip(finding["summary"], 6000),
+        "reason": _clip(finding["reason"], 3000),
     }

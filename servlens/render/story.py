@@ -6,34 +6,37 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def chains(doc: dict) -> list[dict]:
-    return [c for c in doc.get("chains") or [] if isinstance(c, dict) and c.get("summary")]
+from servlens.documents import AnalyzeDocument, Chain, Finding, Goodput
 
 
-def chain_keys(doc: dict) -> dict[tuple, int]:
+def chains(doc: AnalyzeDocument) -> list[Chain]:
+    return doc["chains"]
+
+
+def chain_keys(doc: AnalyzeDocument) -> dict[tuple, int]:
     """(rule, run, model, deployment) -> the number of the first chain it is a link of."""
     keys: dict[tuple, int] = {}
     for number, chain in enumerate(chains(doc), start=1):
-        for link in chain.get("links") or []:
-            scope = link.get("scope") or {}
-            keys.setdefault((link.get("rule"), scope.get("run"), scope.get("model"), scope.get("deployment")), number)
+        for link in chain["links"]:
+            scope = link["scope"]
+            keys.setdefault((link["rule"], scope["run"], scope["model"], scope["deployment"]), number)
     return keys
 
 
-def chain_of(finding: dict, keys: dict[tuple, int]) -> int | None:
-    scope = finding.get("scope") or {}
-    return keys.get((finding.get("rule"), scope.get("run"), scope.get("model"), scope.get("deployment")))
+def chain_of(finding: Finding, keys: dict[tuple, int]) -> int | None:
+    scope = finding["scope"]
+    return keys.get((finding["rule"], scope["run"], scope["model"], scope["deployment"]))
 
 
-def link_rows(chain: dict) -> list[list[Any]]:
-    """One row per link in causal order: step, rule, scope, requests, shared with the cause, why."""
+def link_rows(chain: Chain) -> list[list[Any]]:
+    """One row per link in causal order: step, rule, scope, requests, shared with the cause, why (the first link
+    is the root: it has no cause)."""
     rows = []
-    for step, link in enumerate(chain.get("links") or [], start=1):
-        scope = link.get("scope") or {}
-        where = " / ".join(str(v) for v in (scope.get("model"), scope.get("deployment")) if v) or str(scope.get("run"))
-        rows.append([step, link.get("rule"), where, link.get("requests"), link.get("shared_with_cause"),
-                     link.get("because") or "root"])
+    for step, link in enumerate(chain["links"], start=1):
+        scope = link["scope"]
+        where = " / ".join(str(v) for v in (scope["model"], scope["deployment"]) if v) or scope["run"]
+        rows.append([step, link["rule"], where, link["requests"], link.get("shared_with_cause"),
+                     link.get("because", "root")])
     return rows
 
 
@@ -41,9 +44,9 @@ LINK_COLUMNS = ["step", "rule", "scope", "requests", "shared with the cause", "b
 CAPACITY_COLUMNS = ["in flight", "requests", "TTFT p99 (s)", "TPOT p99 (s)", "TTFT met", "TPOT met", "both met"]
 
 
-def goodput(doc: dict) -> dict | None:
-    g = doc.get("goodput")
-    return g if isinstance(g, dict) and g.get("summary") else None
+def goodput(doc: AnalyzeDocument) -> Goodput | None:
+    """The goodput section when it has something to say (runs with request logs)."""
+    return doc["goodput"] if "summary" in doc["goodput"] else None
 
 
 def capacity_rows(scope: dict) -> list[list[Any]]:

@@ -50,7 +50,8 @@ def _finding(rule: str, scope: dict, metrics: dict | None = None, windows: list 
     return {"rule": rule, "name": rule.lower(), "title": f"{rule} title", "severity": "warning", "state": "fired",
             "scope": dict(scope), "summary": f"{rule} fired", "remediation": f"fix {rule}",
             "rollback": f"roll back {rule} if it gets worse", "reason": None,
-            "evidence": {"metrics": metrics or {}, "windows": windows or [], "thresholds": {}}, "examples": []}
+            "evidence": {"metrics": metrics or {}, "windows": windows or [], "thresholds": {}, "table": None,
+                         "chart": None}, "examples": [], "references": []}
 
 
 BURST = [{"start": "2026-12-01T22:04:23.000Z", "end": "2026-12-01T22:04:28.000Z"}]

@@ -150,7 +150,7 @@ def test_the_document_has_the_documented_shape_and_sorts_fired_first():
         con.close()
     assert set(doc) == {"kind", "schema_version", "generated_at", "servlens_version", "run", "coverage", "findings",
                         "workload", "chains", "goodput"}
-    assert doc["kind"] == "analyze" and doc["schema_version"] == 1 and doc["run"] == "r"
+    assert doc["kind"] == "analyze" and doc["schema_version"] == 2 and doc["run"] == "r"
     assert doc["workload"]["runs"]["r"]["requests"] == 40
     assert set(doc["coverage"]) == {"sources", "runs", "requests", "time_span", "models", "columns_present", "metrics_present"}
     assert doc["coverage"]["requests"] == 40 and doc["coverage"]["time_span"]["start"] == "2026-11-28T10:00:00.000Z"

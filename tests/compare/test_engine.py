@@ -9,7 +9,7 @@ import pytest
 
 from servlens.compare.engine import compare_runs, exit_code
 from servlens.compare.policy import Gate, Policy, load_policy
-from servlens.compare.simulate import arrivals, chat_tokens, insert_requests, latency_model
+from tools.compare_simulation import arrivals, chat_tokens, insert_requests, latency_model
 from servlens.errors import ConfigError, InputError
 from servlens.store.schema import open_store
 
@@ -238,7 +238,7 @@ def test_document_shape_is_stable_and_bounded(con):
     doc.pop("generated_at"), again.pop("generated_at")
     assert doc == again                                    # seeded: identical
     json.dumps(doc)                                        # plain JSON types only
-    assert doc["kind"] == "compare" and doc["schema_version"] == 1
+    assert doc["kind"] == "compare" and doc["schema_version"] == 2
     for key in ("verdict", "reason", "before", "after", "policy", "method", "coverage", "mix_shift", "gates",
                 "improvements", "cohorts", "merged_bands", "notes"):
         assert key in doc

@@ -7,7 +7,7 @@ import pytest
 
 from servlens.compare.engine import compare_runs
 from servlens.compare.policy import Gate, Policy
-from servlens.compare.simulate import insert_requests
+from tools.compare_simulation import insert_requests
 from servlens.render.compare_markdown import render_compare_markdown
 from servlens.render.compare_text import render_compare_text
 from servlens.store.schema import open_store

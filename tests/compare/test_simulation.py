@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from servlens.compare import simulate
+from tools import compare_simulation as simulate
 
 
 def test_correlated_aa_does_not_fail():

@@ -231,7 +231,7 @@ def test_relative_clock_with_start(con, shared_data):
 def test_llamacpp_folder_ingests_requests_and_metrics_and_lists_the_rest(con, shared_data):
     report = ingest_inputs(con, [str(shared_data / REAL / "llamacpp")])
     document = report.to_dict()
-    assert document["kind"] == "ingest" and document["schema_version"] == 1
+    assert document["kind"] == "ingest" and document["schema_version"] == 2
     kinds = [s["kind"] for s in document["sources"]]
     assert kinds.count("requests") == 1 and kinds.count("metrics") == 38 and kinds.count("engine_info") == 1
     skipped = {item["path"].rsplit("/", 1)[-1]: item["reason"] for item in document["skipped"]}

@@ -27,12 +27,16 @@ def _cdf(values: list[float]) -> tuple[list[float], list[float]]:
     return ordered, [(i + 1) / len(ordered) for i in range(len(ordered))]
 
 
+def _no_evidence() -> dict:
+    return {"metrics": {}, "thresholds": {}, "windows": [], "table": None, "chart": None}
+
+
 def make_analyze_doc() -> dict:
     minutes = [f"2026-11-28T10:{m:02d}:00Z" for m in range(0, 60, 2)]
     ttft_p99 = [0.42 + (2.9 if 20 <= m < 34 else 0.0) + (m % 6) * 0.03 for m in range(0, 60, 2)]
     return {
         "kind": "analyze",
-        "schema_version": 1,
+        "schema_version": 2,
         "generated_at": "2026-11-28T12:00:00Z",
         "servlens_version": "0.1.0",
         "run": "incident-1128",
@@ -55,7 +59,7 @@ def make_analyze_doc() -> dict:
             {
                 "rule": "SL004", "name": "queue-driven-ttft-spike", "title": "TTFT spike driven by queueing",
                 "state": "fired", "severity": "critical",
-                "scope": {"model": HOSTILE_MODEL, "deployment": "http://10.0.0.5:8000"},
+                "scope": {"run": "incident-1128", "model": HOSTILE_MODEL, "deployment": "http://10.0.0.5:8000"},
                 "summary": f"TTFT p99 rose to 3.41 s while TPOT stayed flat; queue time explains 91% of it {SCRIPT}",
                 "reason": None,
                 "evidence": {
@@ -81,7 +85,7 @@ def make_analyze_doc() -> dict:
             },
             {
                 "rule": "SL002", "name": "truncated-by-output-limit", "title": "Answers cut off by max_tokens",
-                "state": "fired", "severity": "warning", "scope": {"model": "llama-3.1-8b", "deployment": None},
+                "state": "fired", "severity": "warning", "scope": {"run": "incident-1128", "model": "llama-3.1-8b", "deployment": None},
                 "summary": "4.2% of requests ended with finish_reason=length at max_tokens=256.",
                 "reason": None,
                 "evidence": {"metrics": {"length_share": 0.042, "requests": 1200},
@@ -101,17 +105,26 @@ def make_analyze_doc() -> dict:
             },
             {
                 "rule": "SL001", "name": "prefix-cache-off", "title": "Shared prefixes without a prefix cache",
-                "state": "not_evaluable", "severity": "warning", "scope": {"model": "llama-3.1-8b"},
+                "state": "not_evaluable", "severity": "warning",
+                "scope": {"run": "incident-1128", "model": "llama-3.1-8b", "deployment": None},
                 "summary": "", "reason": f"no cached-token field and no prefix-cache metric in these sources {SCRIPT}",
-                "evidence": {}, "examples": [], "remediation": "", "rollback": "", "references": [],
+                "evidence": _no_evidence(), "examples": [], "remediation": "", "rollback": "", "references": [],
             },
             {
                 "rule": "SL003", "name": "reasoning-leak", "title": "Reasoning leaking into content",
-                "state": "clear", "severity": "warning", "scope": {"model": HOSTILE_MODEL},
+                "state": "clear", "severity": "warning",
+                "scope": {"run": "incident-1128", "model": HOSTILE_MODEL, "deployment": None},
                 "summary": "No reasoning markers in content.", "reason": None,
-                "evidence": {}, "examples": [], "remediation": "", "rollback": "", "references": [],
+                "evidence": _no_evidence(), "examples": [], "remediation": "", "rollback": "", "references": [],
             },
         ],
+        "workload": {"summary": ["incident-1128: 4,812 requests over 1.0 h."],
+                     "runs": {"incident-1128": {"run": "incident-1128", "requests": 4812, "relative_clock": False,
+                                                "span_s": 3600.0}}},
+        "chains": [],
+        # the story (chains, goodput) is left out of this page: tests/render/test_story.py renders real ones
+        "goodput": {"targets": None, "objective": {"ttft": 0.9, "tpot": 0.9, "both": 0.9}, "min_level_requests": 20,
+                    "requests": 0, "note": "no request logs: goodput is not evaluable"},
     }
 
 
@@ -125,17 +138,23 @@ def make_compare_doc() -> dict:
     ax, ay = _cdf(after)
     return {
         "kind": "compare",
-        "schema_version": 1,
+        "schema_version": 2,
         "generated_at": "2026-11-28T12:00:00Z",
         "servlens_version": "0.1.0",
         "verdict": "fail",
         "reason": f"TTFT p99 rose 25% [95% CI 14%–37%], beyond the 10% tolerance on a critical gate {SCRIPT}",
-        "before": {"run": "release-0.9", "requests": 5000, "models": [HOSTILE_MODEL]},
-        "after": {"run": "release-0.11", "requests": 5100, "models": [HOSTILE_MODEL]},
+        "before": {"run": "release-0.9", "requests": 5000, "models": [HOSTILE_MODEL],
+                   "sources": [{"path": "exports/before.jsonl", "format": "litellm", "rows": 5000, "bad_lines": 0}]},
+        "after": {"run": "release-0.11", "requests": 5100, "models": [HOSTILE_MODEL],
+                  "sources": [{"path": "exports/after.jsonl", "format": "litellm", "rows": 5100, "bad_lines": 0}]},
+        "policy": {"source": "built-in default policy", "confidence": 0.95, "min_coverage": 0.5,
+                   "min_cohort_requests": 30, "min_change_ms": 5, "seed": 0, "by": None},
+        "method": {"latency": "quantiles of the covariate-adjusted latency, re-weighted to the before mix"},
         "coverage": {"before_share": 0.97, "after_share": 0.95, "cohorts_compared": 6, "cohorts_total": 8},
         "mix_shift": {"significant": False, "max_share_change": 0.03},
         "gates": [
-            {"metric": "ttft_s", "statistic": "p99", "cohort": None, "before": 0.9, "after": 1.125, "ratio": 1.25,
+            {"id": "ttft_p99", "name": "TTFT p99", "metric": "ttft", "statistic": "p99", "unit": "s",
+             "rule": "Roll back if TTFT p99 is significantly higher than before by more than 10%", "cohort": None, "before": 0.9, "after": 1.125, "ratio": 1.25,
              "ci_low": 1.14, "ci_high": 1.37, "tolerance": 0.10, "critical": True, "verdict": "fail",
              "rollback_criterion": f"Roll back: TTFT p99 rose 25% [95% CI 14%–37%], above the 10% tolerance {BREAKOUT}",
              "kind": "latency",
@@ -148,10 +167,15 @@ def make_compare_doc() -> dict:
                        "series": [{"name": "before release-0.9", "x": bx, "y": by},
                                   {"name": "after release-0.11", "x": ax, "y": ay}],
                        "hlines": [{"y": 0.99, "label": "p99"}], "vspans": []}},
-            {"metric": "tpot_s", "statistic": "p50", "cohort": None, "before": 0.031, "after": 0.0312,
+            {"id": "tpot_p50", "name": "TPOT p50", "metric": "tpot", "statistic": "p50", "kind": "latency",
+             "unit": "s", "rule": "Roll back if TPOT p50 is significantly higher than before by more than 5%",
+             "cohort": None, "before": 0.031, "after": 0.0312,
              "ratio": 1.006, "ci_low": 0.99, "ci_high": 1.02, "tolerance": 0.05, "critical": False,
              "verdict": "pass", "rollback_criterion": "TPOT p50 within +5%.", "chart": None},
-            {"metric": "error_rate", "statistic": "rate", "cohort": HOSTILE_MODEL, "before": 0.002, "after": 0.004,
+            {"id": "error_rate_rate", "name": "error rate", "metric": "error_rate", "statistic": "rate",
+             "kind": "rate", "unit": "share",
+             "rule": "Roll back if the error rate is significantly higher than before by more than 0.5 pp",
+             "cohort": HOSTILE_MODEL, "before": 0.002, "after": 0.004,
              "diff": 0.002, "ci_low": -0.001, "ci_high": 0.005, "tolerance": 0.005, "critical": True,
              "verdict": "inconclusive", "rollback_criterion": "Error rate: not enough evidence yet.", "chart": None,
              "reason": f"errors like 'context length exceeded {SCRIPT}{BREAKOUT}' are too few to judge"},
@@ -159,6 +183,8 @@ def make_compare_doc() -> dict:
         "improvements": [{"gate": "TPOT p50", "cohort": None, "change": -0.12,
                           "summary": "TPOT p50 fell 12.0% (31 ms → 27.3 ms) [95% CI −15.1% to −8.8%]"}],
         "cohorts": [{"model": HOSTILE_MODEL, "prompt_band": "1k-2k", "n_before": 800, "n_after": 820}],
+        "merged_bands": [],
+        "notes": [],
     }
 
 

@@ -16,7 +16,8 @@ def _gateway_doc() -> dict:
     """Two runs: one engine run, one gateway run whose timeouts fire per deployment, and a workload profile."""
     doc = make_analyze_doc()
     doc["run"] = ["engine", "gateway"]
-    doc["findings"][0]["scope"]["deployment"] = None
+    doc["findings"][0]["scope"] = {"run": "engine", "model": HOSTILE_MODEL, "deployment": None}
+    doc["findings"][3]["scope"] = {"run": "engine", "model": HOSTILE_MODEL, "deployment": None}
     sl002 = doc["findings"][1]
     sl002["scope"] = {"run": "engine", "model": "llama-3.1-8b", "deployment": None}
     timeouts = []
@@ -75,8 +76,8 @@ def test_default_text_is_one_line_per_finding_then_counts_per_rule_then_workload
            "what happened\n" in text
     fired = text[text.index("FIRED (4)"):text.index("CHECKS BY RULE")].splitlines()[1:]
     assert fired == [
-        f"  CRITICAL SL004 queue-driven-ttft-spike [{HOSTILE_MODEL}]: TTFT p99 rose to 3.41 s while",
-        "           TPOT stayed flat",
+        f"  CRITICAL SL004 queue-driven-ttft-spike [engine / {HOSTILE_MODEL}]: TTFT p99 rose to 3.41",
+        "           s while TPOT stayed flat",
         "  WARNING  SL002 truncated-by-output-limit [engine / llama-3.1-8b]: 4.2% of requests ended with",
         "           finish_reason=length at max_tokens=256",
         "  WARNING  SL011 timeouts-at-gateway-limit [gateway / llama-3.1-8b-instruct / llama-3-1-8b-instruct-0]:",
@@ -116,13 +117,14 @@ def test_default_text_is_one_line_per_finding_then_counts_per_rule_then_workload
 def test_verbose_keeps_the_evidence_every_check_and_the_full_workload():
     doc = _gateway_doc()
     text = render_analyze_text(doc, verbose=True)
-    assert f"FIRED (4)\n  CRITICAL SL004 queue-driven-ttft-spike [model={HOSTILE_MODEL}]\n" in text
+    assert f"FIRED (4)\n  CRITICAL SL004 queue-driven-ttft-spike [run=engine, model={HOSTILE_MODEL}]\n" in text
     assert "    what to do: Raise the router timeout above the e2e p99.\n" in text
     assert "    evidence: failed_at_limit=7\n" in text
     assert ("NOT EVALUABLE (3): these checks had no data to judge; they are not clear\n"
             "  SL005 fallback-contract-mismatch [run=engine, model=llama-3.1-8b]: needs one of: attempts grouped by"
             ) in text
-    assert f"CLEAR (1)\n  SL003 reasoning-leak [model={HOSTILE_MODEL}]: No reasoning markers in content.\n" in text
+    assert (f"CLEAR (1)\n  SL003 reasoning-leak [run=engine, model={HOSTILE_MODEL}]: No reasoning markers in\n"
+            "  content.\n") in text
     workload = text[text.index("WORKLOAD"):]
     assert ("  engine: 1,200 requests; over 59.0 min, peak 42/s in 1 s at 2026-11-28T10:21:07.000Z.\n"
             "    rate: bucket_s=60\n"

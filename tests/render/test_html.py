@@ -286,8 +286,9 @@ def test_unknown_kind_is_an_input_error():
         render_html({"kind": "ingest", "schema_version": 1})
 
 
-def test_empty_analyze_result_says_so():
-    page = render_html({"kind": "analyze", "schema_version": 1, "findings": [], "coverage": {}})
+def test_empty_analyze_result_says_so(analyze_doc):
+    analyze_doc["findings"] = []
+    page = render_html(analyze_doc)
     assert 'data-verdict="clean"' in page and "No findings" in page and "Every rule had the data it needs." in page
 
 
@@ -331,16 +332,26 @@ def test_size_stays_bounded_on_huge_free_text_and_name_lists(analyze_doc, compar
     assert len(render_html(compare_doc).encode()) <= MAX_REPORT_BYTES
 
 
-def test_hostile_states_severities_and_verdicts_stay_inside_their_attributes(analyze_doc, compare_doc):
-    analyze_doc["findings"][0]["severity"] = BREAKOUT
+def test_hostile_rule_ids_and_gate_names_stay_inside_their_attributes(analyze_doc, compare_doc):
     analyze_doc["findings"][0]["rule"] = BREAKOUT
     analyze_doc["findings"][0]["evidence"]["table"]["columns"][0] = SCRIPT
-    compare_doc["verdict"] = BREAKOUT
-    compare_doc["gates"][1]["verdict"] = BREAKOUT
+    compare_doc["gates"][1]["name"] = BREAKOUT
+    compare_doc["gates"][1]["id"] = SCRIPT
     for page in (render_html(analyze_doc), render_html(compare_doc)):
         parsed = scan(page)
         assert [(tag, name) for tag, attrs in parsed.tags for name in attrs if name.startswith("on")] == []
         assert "<script" not in page
+
+
+def test_states_severities_and_verdicts_outside_their_enums_never_reach_the_page(analyze_doc, compare_doc):
+    # They are typed (servlens.documents): `servlens report` refuses such a document before rendering it.
+    from servlens.documents import problems
+
+    analyze_doc["findings"][0]["severity"] = BREAKOUT
+    compare_doc["gates"][1]["verdict"] = BREAKOUT
+    assert problems(analyze_doc, "analyze") == [
+        '$.findings[0].severity is "\\"onerror=alert(1) x=\\"", not one of "info", "warning", "critical"']
+    assert problems(compare_doc, "compare")[0].startswith("$.gates[1].verdict is ")
 
 
 def test_compare_notes_and_method_have_their_own_sections(compare_doc):
@@ -348,7 +359,7 @@ def test_compare_notes_and_method_have_their_own_sections(compare_doc):
                             "error rate: 3 of the counted events have no prompt token count"]
     compare_doc["method"] = {"latency": "ratio after/before of a quantile", "binning_error": f"bins 0.5% wide {BREAKOUT}"}
     compare_doc["policy"] = {"source": "built-in default policy", "confidence": 0.95}
-    compare_doc["future_part"] = {"answer": 42}
+    compare_doc["goodput_gate"] = {"answer": 42}   # the part the page has no section of its own for
     page = render_html(compare_doc)
     parsed = scan(page)
     ids = [attrs.get("id") for _, attrs in parsed.tags if attrs.get("id")]
@@ -371,10 +382,13 @@ def test_compare_notes_and_method_have_their_own_sections(compare_doc):
     assert "Answer" in other and "Latency" not in other and "prompt_tokens" not in other
 
 
-def test_compare_without_notes_or_method_has_no_empty_sections(compare_doc):
+def test_compare_without_notes_has_no_empty_sections(compare_doc):
+    compare_doc["method"] = {}
     page = render_html(compare_doc)
-    assert 'id="notes"' not in page and 'id="method"' not in page and 'id="other"' not in page
-    assert 'href="#notes"' not in page
+    assert 'id="notes"' not in page and 'id="other"' not in page and 'href="#notes"' not in page
+    # every compare document has its policy: the method section shows it even when no method sentence is given
+    method = page[page.index('<section id="method">'):]
+    assert "built-in default policy" in method and "<h3>Method</h3>" not in method
 
 
 def test_compare_cohort_table_names_each_cohort_once(compare_doc):

@@ -46,7 +46,12 @@ def test_format_wins_over_the_out_extension_and_templates_apply(tmp_path, analyz
         ("{not json", "is not valid JSON (line 1, column 2: Expecting property name enclosed in double quotes)"),
         ('{"kind": "ingest", "schema_version": 1}', "is not an analyze or compare result (kind: 'ingest')"),
         ('[1, 2]', "is not an analyze or compare result (kind: None)"),
-        ('{"kind": "analyze", "schema_version": 9}', "uses result schema 9, newer than this servlens reads (1)"),
+        ('{"kind": "analyze", "schema_version": 9}', "uses result schema 9, newer than this servlens reads (2)"),
+        # version 1 was untyped: its documents are written again, not rendered half
+        ('{"kind": "analyze", "schema_version": 1, "findings": []}',
+         "uses result schema 1, older than this servlens reads (2)"),
+        ('{"kind": "compare", "schema_version": 2, "generated_at": "2026-11-28T12:00:00Z"}',
+         "is not a valid compare result: $ lacks the key 'servlens_version'"),
     ],
 )
 def test_bad_result_files_are_one_sentence_and_exit_2(tmp_path, content, message):
@@ -62,9 +67,19 @@ def test_missing_file_and_unknown_extension(tmp_path):
     done = run_servlens("report", str(tmp_path / "nope.json"), "--out", str(tmp_path / "r.html"))
     assert done.returncode == 2 and f"Result file '{tmp_path / 'nope.json'}' does not exist" in done.stderr
     saved = tmp_path / "ok.json"
-    saved.write_text('{"kind": "analyze", "schema_version": 1, "findings": []}')
+    saved.write_text('{"kind": "analyze", "schema_version": 2, "findings": []}')
     done = run_servlens("report", str(saved), "--out", str(tmp_path / "r.pdf"))
     assert done.returncode == 2 and "Cannot tell the output format from" in done.stderr
+
+
+def test_a_hand_edited_document_names_the_first_wrong_place(tmp_path, analyze_doc):
+    analyze_doc["findings"][1]["state"] = "maybe"
+    saved = tmp_path / "edited.json"
+    saved.write_text(json.dumps(analyze_doc))
+    done = run_servlens("report", str(saved), "--out", str(tmp_path / "r.html"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr == (f"Error: '{saved}' is not a valid analyze result: $.findings[1].state is \"maybe\", not one "
+                           'of "fired", "clear", "not_evaluable". Pass the JSON servlens wrote, unedited.\n')
 
 
 def test_help_has_an_example():

@@ -1,4 +1,5 @@
-"""Text for people: time spans (absolute or +hh:mm:ss on a relative clock), column coverage, ingest summaries."""
+"""Text for people about what is in the store: the ingest summary, the runs listing, and their pieces (time spans,
+absolute or +hh:mm:ss on a relative clock, and column coverage)."""
 
 from __future__ import annotations
 
@@ -162,3 +163,29 @@ def ingest_text(report: dict, db_path: str | None = None) -> str:
     if not requests and not metrics:
         lines.append("Nothing ingested.")
     return "\n".join(lines)
+
+
+def runs_text(document: dict, db_path: str) -> str:
+    """`servlens runs` as text: per run its sources by kind, counts, time span, column coverage and request files."""
+    if not document["runs"]:
+        return f"No runs in {db_path}. Ingest something with 'servlens ingest'."
+    lines = [f"Store: {db_path}", ""]
+    for run in document["runs"]:
+        kinds: dict[str, list[dict]] = {}
+        for source in run["sources"]:
+            kinds.setdefault(source["kind"], []).append(source)
+        parts = []
+        for kind, members in kinds.items():
+            formats = sorted({m["format"] for m in members})
+            parts.append(f"{len(members)} {kind} source{'s' if len(members) != 1 else ''} ({', '.join(formats)})")
+        lines.append(f"{run['run']}: {'; '.join(parts) or 'no sources'}")
+        lines.append(f"  {run['requests']} requests, {run['metric_samples']} metric samples, {run['bad_lines']} bad lines")
+        lines.append(f"  {format_span(run['t_min'], run['t_max'], run['relative_clock'])}")
+        if run["requests"]:
+            for text in coverage_text(run["columns_filled"]):
+                lines.append(f"  {text}")
+        request_files = sorted({Path(s["path"]).name for s in run["sources"] if s["kind"] == "requests"})
+        if request_files:
+            lines.append(f"  from {', '.join(request_files)}")
+        lines.append("")
+    return "\n".join(lines).rstrip()

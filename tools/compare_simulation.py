@@ -4,7 +4,9 @@ Each trial writes two runs into an in-memory store and runs the real compare (Du
 batch means, Holm, verdicts) under the built-in policy, so the numbers describe the tool as shipped. Reproduce the
 tables in docs/compare.md with:
 
-    python -m servlens.compare.simulate --trials 60 --seed 1
+    python -m tools.compare_simulation --trials 60 --seed 1
+
+It lives in tools/ (not the installed package): it reads the recorded engine runs under tests/data/.
 
 The latency model (DESIGN.md targets): log TTFT = a + b·log prompt tokens + noise, lognormal with total σ 0.6 of
 which the prompt explains R² ≈ 0.7 (noise σ 0.33); the noise is independent, or AR(1) with φ 0.9 between neighbours
@@ -30,7 +32,7 @@ import numpy as np
 from servlens.compare.engine import compare_runs
 from servlens.compare.policy import Policy, load_policy
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 ENGINE_LOGS = [REPO / "tests" / "data" / "shared" / "real-engine" / name / "requests.jsonl"
                for name in ("llamacpp", "vllm-cpu")]
 SIGMA, R2 = 0.6, 0.7
@@ -211,7 +213,7 @@ def run_thin(seed: int, policy: Policy | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m servlens.compare.simulate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.compare_simulation", description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=60)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="3k a side only")
