@@ -124,7 +124,7 @@ def test_shared_structure_cancels_and_the_floor_holds():
     assert pb.df >= windows // 2             # windows alike: t keeps most of its degrees of freedom
     own = np.repeat(rng.normal(0, 1.0, windows), per) + rng.normal(0, 0.5, windows * per)   # its own structure
     other = _side(batch, np.clip(((own + 4) * 50).astype(np.int64), 0, 399), len(grid))
-    qb, qa, info = stats.paired_quantile_sides(sides[0], other, one, 0.5)
+    qb, _, info = stats.paired_quantile_sides(sides[0], other, one, 0.5)
     assert abs(info["correlation"]) < 0.5
     assert qb.se > 0.5 * unpaired[0]
 
@@ -139,6 +139,6 @@ def test_a_difference_carried_by_one_window_gets_few_degrees_of_freedom():
     for _ in range(2):
         x = rng.normal(0, 0.3, windows * per) + 3.0 * (batch == 7)
         sides.append(_side(batch, np.clip(((x + 2) * 40).astype(np.int64), 0, 399), 400))
-    qb, qa, info = stats.paired_quantile_sides(sides[0], sides[1], np.ones(1), 0.99)
+    qb, _, info = stats.paired_quantile_sides(sides[0], sides[1], np.ones(1), 0.99)
     assert info["effective_windows"] < 4
     assert qb.df <= 3
