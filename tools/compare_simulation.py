@@ -18,6 +18,9 @@ Scenarios:
   power         after-TTFT × 1.15 (and × 1.3) at several sizes
   mix           5% → 30% long prompts (naive p99 TTFT moves ≥ 40%), identical per-request latency model
   thin          30 requests a side
+  shared-day    a day with the load curve and an incident shared by both runs at the same clock time, bursts and
+                AR(1) φ 0.9 of their own: A/A, ×1.15, ×1.25; with time-of-day clocks (paired windows) and with
+                relative clocks (unpaired batch means)
 """
 
 from __future__ import annotations
@@ -189,6 +192,64 @@ def run_power(n: int, factor: float, trials: int, seed: int, policy: Policy | No
     return {"scenario": f"power ×{factor:g}", "n_per_side": n, **_tally(docs)}
 
 
+DAY_S = 86400
+
+
+def day_arrivals(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n arrival offsets (s, sorted) over one day, at a rate that follows the day: quiet night, busy afternoon."""
+    hour = np.arange(DAY_S) / 3600.0
+    rate = 0.25 + 0.75 * np.exp(-(((hour - 14.5) / 4.5) ** 2))
+    cumulative = np.concatenate([[0.0], np.cumsum(rate)])
+    u = np.sort(rng.uniform(0.0, cumulative[-1], n))
+    sec = np.clip(np.searchsorted(cumulative, u, side="right") - 1, 0, DAY_S - 1)
+    return sec + (u - cumulative[sec]) / rate[sec]
+
+
+def shared_day_structure(offsets: np.ndarray) -> np.ndarray:
+    """What both runs share at the same clock time, on the log TTFT scale: queueing that grows with the day's load
+    (+0.8 at the afternoon peak) and an incident both ran through (+1.2 from 14:00 to 14:45)."""
+    hour = offsets / 3600.0
+    load = np.exp(-(((hour - 14.5) / 4.5) ** 2))
+    incident = (hour >= 14.0) & (hour < 14.75)
+    return 0.8 * load + 1.2 * incident
+
+
+def _day_rows(rng, n, ttft_scale=1.0, phi=0.9, paired_clock=True) -> dict[str, np.ndarray]:
+    """One run of a day: the shared structure above, plus what is the run's own — three bursts of 4–10 minutes at
+    random times (+0.5 on log TTFT) and AR(1) noise in arrival order. With paired_clock False the arrival times are
+    a relative clock (seconds since the run's start), so compare cannot pair the runs by time of day."""
+    offsets = day_arrivals(rng, n)
+    prompt, output = prompt_tokens(rng, n)
+    cols = _rows(rng, prompt, output, ttft_scale=ttft_scale, phi=phi)
+    own = np.zeros(n)
+    for _ in range(3):
+        start = rng.uniform(0, DAY_S)
+        own += 0.5 * ((offsets >= start) & (offsets < start + rng.uniform(240, 600)))
+    shift = np.exp(shared_day_structure(offsets) + own)
+    cols["ttft_s"] = cols["ttft_s"] * shift
+    cols["e2e_s"] = cols["e2e_s"] + cols["ttft_s"] * (1 - 1 / shift)
+    origin = np.datetime64("2026-01-05T00:00:00" if paired_clock else "1970-01-01T00:00:00")
+    cols["t_arrival"] = origin + (offsets * 1e6).astype("timedelta64[us]")
+    return cols
+
+
+def run_shared_day(n: int, trials: int, seed: int, factor: float = 1.0, paired_clock: bool = True,
+                   policy: Policy | None = None) -> dict:
+    """Both runs are a day with the same load curve and incident at the same clock time, each with bursts of its
+    own and AR(1) φ 0.9 neighbours; the after run's TTFT × factor (1.0: an A/A)."""
+    policy = policy or load_policy()
+    rng = np.random.default_rng([seed, n, int(factor * 1000), int(paired_clock), 7])
+    docs = [_trial(_day_rows(rng, n, paired_clock=paired_clock),
+                   _day_rows(rng, n, ttft_scale=factor, paired_clock=paired_clock), policy, seed + t)
+            for t in range(trials)]
+    name = "A/A" if factor == 1.0 else f"TTFT ×{factor:g}"
+    out = {"scenario": f"{name}, shared day structure ({'time-of-day clock' if paired_clock else 'relative clock'})",
+           "n_per_side": n, **_tally(docs)}
+    out["paired"] = round(sum(d["gates"][0].get("batch_means", {}).get("paired", False) for d in docs) / trials, 3)
+    out["ttft_p50"] = _tally(docs, "ttft_p50")["ttft_p50"]
+    return out
+
+
 def run_mix_shift(n: int, seed: int, policy: Policy | None = None) -> dict:
     """5% → 30% long prompts; each request's latency depends only on its tokens, the same way in both runs."""
     rng = np.random.default_rng([seed, n, 5])
@@ -226,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     cells += [lambda n=n: run_power(n, 1.15, t, args.seed) for n in sizes]
     cells += [lambda: run_power(3000, 1.3, t, args.seed)]
     cells += [lambda: run_mix_trials(20000, max(t // 3, 5), args.seed)]
+    for clock in (True, False):
+        cells += [lambda n=n, f=f, c=clock: run_shared_day(n, t, args.seed, f, c) for n in sizes
+                  for f in (1.0, 1.15, 1.25)]
     for cell in cells:
         print(json.dumps(cell()), flush=True)
     return 0

@@ -2,7 +2,7 @@
 
 A cohort is one combination of band values (model × log2 prompt band × …). DuckDB groups the two runs' requests
 into cohorts × log-spaced latency bins (latencies) or cohorts × counts (rates); Python receives those aggregates,
-never request rows.
+never request rows, as polars frames (DuckDB → Arrow → polars, _frame), and hands numpy arrays to stats.
 """
 
 from __future__ import annotations
@@ -122,29 +122,132 @@ class CovariateFit:
 COVARIATE_MIN_SHARE = 0.9   # the adjusted headline needs the covariates on at least 90% of each run's rows
 
 
-def _cohort_table(con, keys, aggregated_sql: str, params) -> list[tuple]:
+def _frame(con, sql: str, params=None):
+    """A query's result as a polars frame: DuckDB → Arrow (its C stream interface; no pyarrow, no Python rows) →
+    polars."""
+    import polars as pl
+
+    con.complete()   # a relation cannot start while an execute() result is unread: run that one to its end first
+    return pl.DataFrame(con.sql(sql, params=params))
+
+
+def _cohort_ids(frame, keys: tuple[str, ...]) -> tuple[list[tuple], np.ndarray]:
+    """The cohorts of an aggregate frame (distinct band values, sorted) and each row's cohort index."""
     if not keys:
-        return [()]
-    rows = con.execute(f"SELECT DISTINCT {', '.join(keys)} FROM ({aggregated_sql}) ORDER BY ALL", params).fetchall()
-    return [tuple(r) for r in rows]
+        return ([()] if frame.height else []), np.zeros(frame.height, dtype=np.int64)
+    table = frame.select(keys).unique().sort(keys)
+    ids = frame.select(keys).join(table.with_row_index("cohort"), on=list(keys), how="left",
+                                  maintain_order="left")["cohort"]
+    return table.rows(), ids.to_numpy().astype(np.int64)
+
+
+def _ints(frame, column: str) -> np.ndarray:
+    return frame[column].to_numpy().astype(np.int64)
 
 
 _ORDER_KEY = "(epoch_us(t_arrival)::HUGEINT * 1099511627776 + requests.rowid)"   # arrival, ties: stored order
+DAY_US = 86_400_000_000
+ABSOLUTE_CLOCK_FROM = "2000-01-01"   # arrival times before this are a relative clock (seconds since a run's start)
+PAIRING_MIN_OVERLAP = 0.8            # share of each run's requests at a time of day the other run covers too
 
 
-def _batch_case(con, before: str, after: str, where: str, params: dict, join: str = "") -> str:
-    """SQL for the time batch of each row selected by `where`: 10–50 consecutive batches of about equal size per
-    run (about 5 requests a batch in between, stats.MAX_BATCHES …), in arrival order with ties (a burst sent at
-    once) broken by stored order; stored order alone when some arrival times are unknown.
+@dataclass
+class Clock:
+    """How the time batches of the two runs are cut.
 
-    The cut points are the run's quantiles of the order key over the selected rows (one aggregate, no row
-    numbering), so the query that uses them only compares each row's key with constants.
+    Unpaired: each run on its own, in arrival order. Paired: common time-of-day windows for both runs, so the
+    batch-means variance can subtract what the runs share at the same clock time (diurnal load, an incident both
+    ran through) — valid only when both runs have absolute arrival times and cover the same hours of the day.
     """
+
+    paired: bool
+    reason: str
+    origin_us: int | None = None                # the fold of the day: the centre of the before run's hours
+    overlap: tuple[float, float] | None = None  # share of each run's requests in hours the other covers
+
+    def folded_sql(self) -> str:
+        """A row's time of day relative to origin_us, in µs, folded into [−12 h, 12 h)."""
+        half = DAY_US // 2
+        return (f"((((epoch_us(t_arrival) - {self.origin_us}) + {half}) % {DAY_US} + {DAY_US}) % {DAY_US} "
+                f"- {half})")
+
+
+UNPAIRED = Clock(False, "unpaired")
+
+
+def clock_alignment(con, before: str, after: str) -> Clock:
+    """Paired time-of-day windows when both runs have absolute arrival times for every request, each spans at
+    most a day, and at least PAIRING_MIN_OVERLAP of each run's requests arrived at a time of day the other run
+    also covers (its 1st to 99th percentile of the folded time of day); else unpaired, with the reason."""
+    rows = {r[0]: r[1:] for r in con.execute(f"""
+        SELECT run, count(*), count(t_arrival), min(t_arrival) < TIMESTAMP '{ABSOLUTE_CLOCK_FROM}',
+               epoch_us(quantile_disc(t_arrival, 0.01)), epoch_us(quantile_disc(t_arrival, 0.99))
+        FROM requests WHERE run IN (?, ?) GROUP BY run""", [before, after]).fetchall()}
+    for run in (before, after):
+        n, timed, relative, lo, hi = rows.get(run, (0, 0, None, None, None))
+        if not n or timed < n:
+            return Clock(False, f"unpaired: arrival times are unknown for {n - timed:,} of run '{run}''s "
+                                f"{n:,} requests, so time batches follow each run's stored order")
+        if relative:
+            return Clock(False, f"unpaired: run '{run}' has relative arrival times (before {ABSOLUTE_CLOCK_FROM}), "
+                                "which do not say at what time of day its requests ran")
+        if hi - lo > DAY_US:
+            return Clock(False, f"unpaired: run '{run}' spans more than a day, so a time of day is not one window")
+    lo_b, hi_b = rows[before][3], rows[before][4]
+    probe = Clock(True, "", origin_us=(lo_b + hi_b) // 2)
+    folded = probe.folded_sql()
+    spans = {r[0]: (r[1], r[2]) for r in con.execute(f"""
+        SELECT run, quantile_cont({folded}, 0.01), quantile_cont({folded}, 0.99)
+        FROM requests WHERE run IN (?, ?) GROUP BY run""", [before, after]).fetchall()}
+    (lo0, hi0), (lo1, hi1) = spans[before], spans[after]
+    share_b, share_a = con.execute(f"""
+        SELECT avg(CASE WHEN {folded} BETWEEN {lo1} AND {hi1} THEN 1.0 ELSE 0.0 END) FILTER (WHERE run = $before),
+               avg(CASE WHEN {folded} BETWEEN {lo0} AND {hi0} THEN 1.0 ELSE 0.0 END) FILTER (WHERE run = $after)
+        FROM requests WHERE run IN ($before, $after)""", {"before": before, "after": after}).fetchone()
+    overlap = (float(share_b), float(share_a))
+    if min(overlap) < PAIRING_MIN_OVERLAP:
+        return Clock(False, f"unpaired: the runs cover different hours of the day ({overlap[0]:.0%} of the before "
+                            f"run's and {overlap[1]:.0%} of the after run's requests arrived at a time of day the "
+                            f"other run covers; pairing needs {PAIRING_MIN_OVERLAP:.0%})", overlap=overlap)
+    return Clock(True, f"paired by time of day: {overlap[0]:.0%} of the before run's and {overlap[1]:.0%} of the "
+                       "after run's requests arrived at a time of day the other run covers",
+                 origin_us=probe.origin_us, overlap=overlap)
+
+
+def _batch_count(n: int) -> int:
+    return min(MAX_BATCHES, max(min(n, MIN_BATCHES), n // REQUESTS_PER_BATCH)) if n else 1
+
+
+def _batch_case(con, before: str, after: str, where: str, params: dict, join: str = "",
+                clock: Clock = UNPAIRED) -> str:
+    """SQL for the time batch of each row selected by `where`.
+
+    Unpaired: 10–50 consecutive batches of about equal size per run (about 5 requests a batch in between,
+    stats.MAX_BATCHES …), in arrival order with ties (a burst sent at once) broken by stored order; stored order
+    alone when some arrival times are unknown. Paired (`clock.paired`): the same time-of-day windows for both
+    runs, cut at the pooled quantiles of the folded time of day, as many as the smaller run would get; batch k of
+    the before run and batch k of the after run then cover the same hours.
+
+    The cut points are quantiles of the order key over the selected rows (one aggregate, no row numbering), so the
+    query that uses them only compares each row's key with constants.
+    """
+    if clock.paired:
+        sizes = dict(con.execute(f"SELECT run, count(*) FROM requests {join} WHERE ({where}) GROUP BY run",
+                                 params).fetchall())
+        batches = _batch_count(min(sizes.get(before, 0), sizes.get(after, 0)))
+        key = f"({clock.folded_sql()}::HUGEINT * 1099511627776 + requests.rowid)"
+        if batches <= 1:
+            return "0"
+        levels = [k / batches for k in range(1, batches)]
+        cuts = con.execute(f"SELECT quantile_disc({key}, {levels}) FROM requests {join} WHERE ({where})",
+                           params).fetchone()[0]
+        steps = " ".join(f"WHEN {key} < {int(c)}::HUGEINT THEN {i}" for i, c in enumerate(cuts))
+        return f"(CASE {steps} ELSE {len(cuts)} END)"
     cases = []
     for run in (before, after):
         n, timed = con.execute(f"SELECT count(*), count(t_arrival) FROM requests {join} WHERE ({where}) "
                                f"AND run = $run", {**params, "run": run}).fetchone()
-        batches = min(MAX_BATCHES, max(min(n, MIN_BATCHES), n // REQUESTS_PER_BATCH)) if n else 1
+        batches = _batch_count(n)
         key = _ORDER_KEY if n and timed == n else "requests.rowid"
         cuts = []
         if batches > 1:
@@ -201,12 +304,13 @@ def fit_covariates(con, before: str, after: str, metric: str, covariates: tuple[
 
 
 def latency_histograms(con: duckdb.DuckDBPyConnection, before: str, after: str, metric: str,
-                       keys: tuple[str, ...], fit: CovariateFit | None = None) -> Histograms:
+                       keys: tuple[str, ...], fit: CovariateFit | None = None,
+                       clock: Clock = UNPAIRED) -> Histograms:
     """Per side × time batch × cohort × bin counts of a latency metric (successful requests, value known and finite).
 
     With `fit`, the value binned is the covariate-adjusted latency exp(ln y − β·(ln x − x̄)), x̄ the before run's
     mean log covariate of the model: the latency each request would have had at the before run's typical lengths.
-    Only rows with every covariate known enter then.
+    Only rows with every covariate known enter then. `clock` says how the time batches are cut (_batch_case).
     """
     column = LATENCY_METRICS[metric][0]
     bands = ", ".join(f"{_BAND_SQL[k]} AS {k}" for k in keys)
@@ -225,36 +329,23 @@ def latency_histograms(con: duckdb.DuckDBPyConnection, before: str, after: str, 
         value = f"exp(ln({column}) - ({shift}))"
         join = f"JOIN _servlens_cmp_fit f ON f.m = coalesce(requests.model, '{NO_MODEL}')"
         where += f" AND {column} > 0 AND " + " AND ".join(f"{c} IS NOT NULL AND {c} > 0" for c in fit.covariates)
-    batch = _batch_case(con, before, after, where, params, join)
+    batch = _batch_case(con, before, after, where, params, join, clock)
     agg = f"""
         WITH base AS (
             SELECT CASE WHEN run = $before THEN 0 ELSE 1 END AS side, {select_bands}{value} AS v, {batch} AS batch
             FROM requests {join} WHERE {where})
         SELECT side, {', '.join(keys) + ', ' if keys else ''}batch, {bin_sql('v')} AS bin, count(*) AS n
         FROM base GROUP BY ALL"""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _servlens_cmp_hist AS {agg}", params)
+    frame = _frame(con, agg, params)
     if fit is not None:
         con.unregister("_servlens_cmp_fit")
-    cohorts = _cohort_table(con, keys, "SELECT * FROM _servlens_cmp_hist", {})
-    if keys:
-        con.execute(f"""CREATE OR REPLACE TEMP TABLE _servlens_cmp_cohort AS
-            SELECT {', '.join(keys)}, (row_number() OVER (ORDER BY {', '.join(keys)}) - 1)::INTEGER AS cohort_id
-            FROM (SELECT DISTINCT {', '.join(keys)} FROM _servlens_cmp_hist)""")
-        data = con.execute(f"""SELECT c.cohort_id, h.side, h.batch, h.bin, h.n FROM _servlens_cmp_hist h
-            JOIN _servlens_cmp_cohort c USING ({', '.join(keys)})""").fetchnumpy()
-    else:
-        data = con.execute("SELECT 0 AS cohort_id, side, batch, bin, n FROM _servlens_cmp_hist").fetchnumpy()
-    con.execute("DROP TABLE IF EXISTS _servlens_cmp_hist")
-    con.execute("DROP TABLE IF EXISTS _servlens_cmp_cohort")
-    if len(data["bin"]) == 0:
+    if frame.height == 0:
         empty = (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0),)
         return Histograms(keys, [], np.zeros(0, dtype=np.int64), np.zeros((2, 0, 0), dtype=np.int64),
                           (empty, empty))
-    bins, column_of = np.unique(np.asarray(data["bin"], dtype=np.int64), return_inverse=True)
-    side = np.asarray(data["side"], dtype=np.int64)
-    cohort = np.asarray(data["cohort_id"], dtype=np.int64)
-    batch = np.asarray(data["batch"], dtype=np.int64)
-    n = np.asarray(data["n"], dtype=np.int64)
+    cohorts, cohort = _cohort_ids(frame, keys)
+    bins, column_of = np.unique(_ints(frame, "bin"), return_inverse=True)
+    side, batch, n = _ints(frame, "side"), _ints(frame, "batch"), _ints(frame, "n")
     counts = np.zeros((2, len(cohorts), len(bins)), dtype=np.int64)
     np.add.at(counts, (side, cohort, column_of), n)
     cells = tuple((batch[side == s], cohort[side == s], column_of[side == s], n[side == s]) for s in (0, 1))
@@ -429,20 +520,15 @@ def rate_counts(con: duckdb.DuckDBPyConnection, before: str, after: str, metric:
             FROM requests WHERE run IN ($before, $after) AND ({denominator}))
         SELECT {', '.join(keys) + ', ' if keys else ''}side, batch, count(*) AS n, count(*) FILTER (WHERE hit) AS x
         FROM base GROUP BY ALL ORDER BY ALL"""
-    result = con.execute(rows_sql, {"before": before, "after": after}).fetchall()
-    cohort_index: dict[tuple, int] = {}
-    # Aggregated rows (cohorts × sides × batches), not request rows.
-    for row in result:
-        cohort_index.setdefault(tuple(row[: len(keys)]), len(cohort_index))
-    batches = max((row[len(keys) + 1] for row in result), default=-1) + 1
-    bt = np.zeros((2, max(batches, 1), len(cohort_index)), dtype=np.int64)
+    frame = _frame(con, rows_sql, {"before": before, "after": after})
+    cohorts, cohort = _cohort_ids(frame, keys)
+    side, batch = _ints(frame, "side"), _ints(frame, "batch")
+    batches = int(batch.max()) + 1 if frame.height else 0
+    bt = np.zeros((2, max(batches, 1), len(cohorts)), dtype=np.int64)
     be = np.zeros_like(bt)
-    for row in result:
-        c = cohort_index[tuple(row[: len(keys)])]
-        side, batch, n, x = row[len(keys):]
-        bt[side, batch, c] += n
-        be[side, batch, c] += x
-    return RateCounts(keys, list(cohort_index), bt.sum(axis=1), be.sum(axis=1), bt, be)
+    np.add.at(bt, (side, batch, cohort), _ints(frame, "n"))
+    np.add.at(be, (side, batch, cohort), _ints(frame, "x"))
+    return RateCounts(keys, cohorts, bt.sum(axis=1), be.sum(axis=1), bt, be)
 
 
 def events_without_band(con, before: str, after: str, metric: str, key: str) -> int:
@@ -458,15 +544,10 @@ def mix_counts(con, before: str, after: str, keys: tuple[str, ...]) -> RateCount
     """Requests per cohort and side (all requests), for coverage and the mix-shift test."""
     bands = ", ".join(f"{_BAND_SQL[k]} AS {k}" for k in keys)
     select_bands = (bands + ", ") if bands else ""
-    order = ", ".join(keys) if keys else "side"
-    result = con.execute(f"""
+    frame = _frame(con, f"""
         SELECT {select_bands}CASE WHEN run = $before THEN 0 ELSE 1 END AS side, count(*) AS n
-        FROM requests WHERE run IN ($before, $after) GROUP BY ALL ORDER BY {order}, side""",
-                         {"before": before, "after": after}).fetchall()
-    cohort_index: dict[tuple, int] = {}
-    for row in result:
-        cohort_index.setdefault(tuple(row[: len(keys)]), len(cohort_index))
-    totals = np.zeros((2, len(cohort_index)), dtype=np.int64)
-    for row in result:
-        totals[row[len(keys)], cohort_index[tuple(row[: len(keys)])]] = row[len(keys) + 1]
-    return RateCounts(keys, list(cohort_index), totals, np.zeros_like(totals))
+        FROM requests WHERE run IN ($before, $after) GROUP BY ALL""", {"before": before, "after": after})
+    cohorts, cohort = _cohort_ids(frame, keys)
+    totals = np.zeros((2, len(cohorts)), dtype=np.int64)
+    np.add.at(totals, (_ints(frame, "side"), cohort), _ints(frame, "n"))
+    return RateCounts(keys, cohorts, totals, np.zeros_like(totals))

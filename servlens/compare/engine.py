@@ -59,6 +59,8 @@ def compare_runs(con, before: str, after: str, policy: Policy | None = None, see
         "notes": [],
     }
     mix_keys = policy.by if policy.by is not None else DEFAULT_BY
+    clock = co.clock_alignment(con, before, after)
+    doc["method"]["batches"] = clock.reason
     _token_notes(con, before, after, policy, doc["notes"])
     mix = co.mix_counts(con, before, after, mix_keys)
     mix_merge = co.merge_bands(mix.keys, mix.cohorts, mix.totals, policy.min_cohort_requests)
@@ -80,7 +82,7 @@ def compare_runs(con, before: str, after: str, policy: Policy | None = None, see
         if gate.is_rate:
             results.extend(_rate_gate(con, before, after, gate, keys, policy, cache, doc))
         else:
-            results.extend(_latency_gate(con, before, after, gate, keys, policy, cache, seed, doc))
+            results.extend(_latency_gate(con, before, after, gate, keys, policy, cache, seed, doc, clock))
 
     judged = [r for r in results if r.get("p_value") is not None]
     levels, adjusted = stats.holm_levels([r["p_value"] for r in judged], alpha) if judged else ([], [])
@@ -146,7 +148,13 @@ def _method_text(policy: Policy) -> dict:
                       "interval, combined over the two runs by square-and-add on the log scale) and of the "
                       "standardised rate (rates, Newcombe's hybrid score interval at the effective size) is the "
                       "spread of the batch sums, never below the independent-requests variance, with Student t on "
-                      "B − 1 degrees of freedom; robust to serial correlation (bursts, warm-up)"),
+                      "B − 1 degrees of freedom; robust to serial correlation (bursts, warm-up). Latencies, when both "
+                      "runs have absolute arrival times, each spans at most a day and at least 80% of each run's "
+                      "requests arrived at a time of day the other covers: the batches are common time-of-day "
+                      "windows (paired) and the two runs' batch-means covariance is taken out, so what they share at "
+                      "the same clock time (the day's load, an incident both ran through) cancels; each run's "
+                      "variance stays at or above its independent-requests variance, and t has the effective number "
+                      "of windows that carry the remaining variance"),
         "thin_tails": (f"a quantile is judged only with at least {stats.TAIL_OBSERVATIONS} requests beyond it on "
                        "each side; otherwise the gate judges the highest quantile (5% steps, at least p50) the data "
                        "supports, and the verdict names it"),
@@ -203,10 +211,11 @@ def _gate_base(gate: Gate, keys) -> dict:
             "verdict": None, "reason": None, "chart": None}
 
 
-def _latency_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, seed, doc) -> list[dict]:
+def _latency_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, seed, doc,
+                  clock: co.Clock = co.UNPAIRED) -> list[dict]:
     human, column = LATENCY_METRICS[gate.metric][1], LATENCY_METRICS[gate.metric][0]
     raw = _cached(cache, ("hist", gate.metric, keys), lambda: co.latency_histograms(con, before, after,
-                                                                                     gate.metric, keys))
+                                                                                     gate.metric, keys, clock=clock))
     base = _gate_base(gate, keys)
     n = raw.n()
     total_b, total_a = (int(n[0].sum()), int(n[1].sum())) if n.size else (0, 0)
@@ -230,7 +239,7 @@ def _latency_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, s
     adjusted = None
     if fit.usable:
         adjusted = _cached(cache, ("adj", gate.metric, keys),
-                           lambda: co.latency_histograms(con, before, after, gate.metric, keys, fit))
+                           lambda: co.latency_histograms(con, before, after, gate.metric, keys, fit, clock))
     head = adjusted if adjusted is not None else raw
     merge = _cached(cache, ("merge", gate.metric, keys, adjusted is not None),
                     lambda: co.merge_bands(keys, head.cohorts, head.n(), policy.min_cohort_requests))
@@ -253,7 +262,7 @@ def _latency_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, s
             if min(nb, na) < gate.required_requests():
                 continue
             r["coverage"] = {"before": _r(nb / total_b), "after": _r(na / total_a)}
-            if _judge_latency(r, one_b, one_a, np.ones(1), values, gate, policy):
+            if _judge_latency(r, one_b, one_a, np.ones(1), values, gate, policy, clock.paired):
                 r["chart"] = _distribution_chart(r, one_b.counts, one_a.counts, np.ones(1), values, human, gate)
             out.append(r)
         if not out:
@@ -276,7 +285,7 @@ def _latency_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, s
         base["reason"] = (f"too few requests for {gate.name}: the policy asks for {gate.required_requests()} per side "
                           f"in compared cohorts (before has {nb}, after {na})")
         return [base]
-    judged = _judge_latency(base, sb, sa, w, values, gate, policy)
+    judged = _judge_latency(base, sb, sa, w, values, gate, policy, clock.paired)
     q = base["_q_used"]
     if q is not None:
         base["mix_adjusted"] = _point_ratio(raw, gate, policy, q, cache, keys)
@@ -322,7 +331,8 @@ def _adjustment_info(fit: co.CovariateFit, used: bool) -> dict:
                 else "the token counts do not vary, so there is nothing to adjust for")}
 
 
-def _judge_latency(r, sb: stats.Side, sa: stats.Side, w, values, gate: Gate, policy: Policy) -> bool:
+def _judge_latency(r, sb: stats.Side, sa: stats.Side, w, values, gate: Gate, policy: Policy,
+                   paired: bool = False) -> bool:
     """Point estimate, the quantile actually judged (thin tails), and the interval state Holm needs."""
     nb, na = int(sb.counts.sum()), int(sa.counts.sum())
     r["n_before"], r["n_after"] = nb, na
@@ -343,7 +353,14 @@ def _judge_latency(r, sb: stats.Side, sa: stats.Side, w, values, gate: Gate, pol
         r["thin_tail"] = (f"{gate.name} cannot be judged with {smallest} requests a side; "
                           f"{LATENCY_METRICS[gate.metric][1]} {stat} is the highest quantile with "
                           f"{stats.TAIL_OBSERVATIONS} requests beyond it on each side")
-    qb, qa = stats.quantile_side(sb, w, q), stats.quantile_side(sa, w, q)
+    if paired:
+        qb, qa, info = stats.paired_quantile_sides(sb, sa, w, q)
+        r["batch_means"] = {"paired": True, "windows": max(sb.batches, sa.batches),
+                            "effective_windows": _r(info["effective_windows"], 3),
+                            "correlation": _r(info["correlation"], 3), "df": qb.df}
+    else:
+        qb, qa = stats.quantile_side(sb, w, q), stats.quantile_side(sa, w, q)
+        r["batch_means"] = {"paired": False, "batches": {"before": sb.batches, "after": sa.batches}}
     logs = np.log(np.maximum(values, 1e-9))
     r["before"], r["after"] = _r(values[qb.estimate]), _r(values[qa.estimate])
     r["ratio"] = _r(_ratio(values[qa.estimate], values[qb.estimate]))

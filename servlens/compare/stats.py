@@ -10,7 +10,9 @@ ratio of two quantiles within ±0.5%.
 Serial correlation: requests close in time share the engine's state (a burst, a cold cache), so they are not
 independent. Every variance here is a batch-means variance: each run is cut into consecutive time-ordered batches,
 and the estimator's linearisation is summed per batch; the spread of those batch sums is the variance, with B − 1
-degrees of freedom (Student t). It is never taken below the independent-requests variance.
+degrees of freedom (Student t). It is never taken below the independent-requests variance. When both runs cover the
+same hours of the day, the batches are common time-of-day windows and the paired_* functions subtract the two runs'
+batch-means covariance (what they share at the same clock time), still never below the independent variance.
 """
 
 from __future__ import annotations
@@ -91,23 +93,40 @@ class Side:
         return int(self.batch.max()) + 1 if self.batch.size else 0
 
 
-def cdf_variance(side: Side, weights: np.ndarray, column: int) -> tuple[float, int]:
-    """Variance of the mixture CDF F̂(x) = Σ_c w_c F̂_c(x) at the bin `column`, and its degrees of freedom.
+def _paired_share(v_b: float, v_a: float, shared: float) -> float:
+    """λ = (V_b + V_a − 2C) / (V_b + V_a): the share of the two unpaired batch-means variances left once what the
+    runs share in the same windows is taken out; each run's variance is scaled by it (sums to the paired one)."""
+    total = v_b + v_a
+    return max(0.0, total - 2 * shared) / total if total > 0 else 1.0
 
-    The linearisation Σ_i a_i (1{x_i ≤ x} − F̂_c(i)(x)) with a_i = w_c / n_c is summed per time batch; the variance is
-    B/(B−1)·Σ_b S_b², never below the independent-requests variance Σ_c w_c² F_c (1 − F_c) / n_c.
+
+def _cdf_terms(side: Side, weights: np.ndarray, column: int, batches: int) -> tuple[np.ndarray, float]:
+    """Per-batch sums of the mixture CDF's linearisation at bin `column`, and the independent-requests variance.
+
+    The linearisation is Σ_i a_i (1{x_i ≤ x} − F̂_c(i)(x)) with a_i = w_c / n_c; its batch sums add up to zero.
     """
     n_c = side.counts.sum(axis=1).astype(np.float64)
     live = n_c > 0
     below_c = side.counts[:, : column + 1].sum(axis=1)
     f_c = np.divide(below_c, n_c, out=np.zeros_like(n_c), where=live)
     iid = float((weights[live] ** 2 * f_c[live] * (1 - f_c[live]) / n_c[live]).sum())
-    b = side.batches
-    if b < 2:
-        return iid, 1
     a = np.divide(weights, n_c, out=np.zeros_like(n_c), where=live)
     below = side.n * (side.column <= column)
-    sums = np.bincount(side.batch, weights=a[side.cohort] * (below - side.n * f_c[side.cohort]), minlength=b)
+    sums = np.bincount(side.batch, weights=a[side.cohort] * (below - side.n * f_c[side.cohort]),
+                       minlength=batches)
+    return sums, iid
+
+
+def cdf_variance(side: Side, weights: np.ndarray, column: int) -> tuple[float, int]:
+    """Variance of the mixture CDF F̂(x) = Σ_c w_c F̂_c(x) at the bin `column`, and its degrees of freedom.
+
+    The linearisation Σ_i a_i (1{x_i ≤ x} − F̂_c(i)(x)) with a_i = w_c / n_c is summed per time batch; the variance is
+    B/(B−1)·Σ_b S_b², never below the independent-requests variance Σ_c w_c² F_c (1 − F_c) / n_c.
+    """
+    b = side.batches
+    sums, iid = _cdf_terms(side, weights, column, b)
+    if b < 2:
+        return iid, 1
     bm = float(b / (b - 1) * (sums**2).sum())
     return max(bm, iid), b - 1
 
@@ -137,16 +156,69 @@ class QuantileSide:
         return lo, hi
 
 
-def quantile_side(side: Side, weights: np.ndarray, q: float) -> QuantileSide:
+def _mixture_cdf(side: Side, weights: np.ndarray, q: float) -> tuple[np.ndarray, int]:
     n = side.counts.sum(axis=1, keepdims=True).astype(np.float64)
     share = np.divide(side.counts, n, out=np.zeros(side.counts.shape), where=n > 0)
     cdf = np.cumsum(weights @ share)
     cdf /= cdf[-1]
-    est = int(min(np.searchsorted(cdf, q - 1e-12), len(cdf) - 1))
+    return cdf, int(min(np.searchsorted(cdf, q - 1e-12), len(cdf) - 1))
+
+
+def _pooled_binomial(side: Side, weights: np.ndarray, q: float) -> float:
+    """Every cohort entirely on one side of the estimate: the pooled binomial variance at q."""
+    n = side.counts.sum(axis=1).astype(np.float64)
+    live = n > 0
+    return q * (1 - q) / float((weights[live] ** 2 / n[live]).sum() ** -1)
+
+
+def quantile_side(side: Side, weights: np.ndarray, q: float) -> QuantileSide:
+    cdf, est = _mixture_cdf(side, weights, q)
     var, df = cdf_variance(side, weights, est)
-    if var <= 0:   # every cohort entirely on one side of the estimate: the pooled binomial error
-        var = q * (1 - q) / float((weights[n[:, 0] > 0] ** 2 / n[n[:, 0] > 0, 0]).sum() ** -1)
+    if var <= 0:
+        var = _pooled_binomial(side, weights, q)
     return QuantileSide(cdf=cdf, estimate=est, se=math.sqrt(var), df=df, q=q)
+
+
+def paired_quantile_sides(before: Side, after: Side, weights: np.ndarray,
+                          q: float) -> tuple[QuantileSide, QuantileSide, dict]:
+    """Both runs' quantile sides when their batches are common time-of-day windows (batch k = the same hours).
+
+    Var(F̂_a − F̂_b) = V_a + V_b − 2C, where V are the two runs' batch-means variances over the K windows and
+    C = K/(K−1)·Σ_k S_b,k S_a,k their batch-means covariance: what both runs share at the same clock time (the
+    day's load curve, an incident both ran through) cancels. Each run's Woodruff interval uses its own variance
+    scaled by λ = (V_a + V_b − 2C)/(V_a + V_b), never below its independent-requests variance (the A/A guard), so
+    the square-and-add combination gets the paired variance. That is exact when the change is a change of scale
+    (the log-scale density at the quantile is the same in both runs, as under no change and at a tolerance boundary
+    ×(1 + tol)). Taking out the shared part can leave the variance carried by a few windows (a p99 that lives in
+    an incident both runs had): t then has the effective number of windows carrying it, 3(Σ D_k²)² / Σ D_k⁴ with
+    D_k = S_a,k − S_b,k (K for windows alike, the number of windows that carry it otherwise), less one, and at most
+    K − 1. Returns the two sides and a summary for the report (correlation C / √(V_b V_a), effective windows).
+    """
+    k = max(before.batches, after.batches)
+    if k < 2:
+        qb, qa = quantile_side(before, weights, q), quantile_side(after, weights, q)
+        return qb, qa, {"correlation": 0.0, "effective_windows": float(k)}
+    cdf_b, est_b = _mixture_cdf(before, weights, q)
+    cdf_a, est_a = _mixture_cdf(after, weights, q)
+    sums_b, iid_b = _cdf_terms(before, weights, est_b, k)
+    sums_a, iid_a = _cdf_terms(after, weights, est_a, k)
+    scale = k / (k - 1)
+    v_b, v_a = scale * float((sums_b**2).sum()), scale * float((sums_a**2).sum())
+    shared = scale * float((sums_b * sums_a).sum())
+    paired = _paired_share(v_b, v_a, shared)
+    var_b, var_a = max(paired * v_b, iid_b), max(paired * v_a, iid_a)
+    if var_b <= 0:
+        var_b = _pooled_binomial(before, weights, q)
+    if var_a <= 0:
+        var_a = _pooled_binomial(after, weights, q)
+    corr = shared / math.sqrt(v_b * v_a) if v_b > 0 and v_a > 0 else 0.0
+    diff = sums_a - sums_b
+    fourth = float((diff**4).sum())
+    effective = min(float(k), 3 * float((diff**2).sum()) ** 2 / fourth) if fourth > 0 else float(k)
+    df = int(max(1, min(k - 1, math.floor(effective) - 1)))
+    return (QuantileSide(cdf=cdf_b, estimate=est_b, se=math.sqrt(var_b), df=df, q=q),
+            QuantileSide(cdf=cdf_a, estimate=est_a, se=math.sqrt(var_a), df=df, q=q),
+            {"correlation": corr, "effective_windows": effective})
 
 
 def log_ratio_interval(before: QuantileSide, after: QuantileSide, logs: np.ndarray,
@@ -235,14 +307,7 @@ class StandardisedRate:
     design_effect: float = 1.0
 
 
-def standardised_rate(events: np.ndarray, totals: np.ndarray, weights: np.ndarray,
-                      batch_events: np.ndarray | None = None,
-                      batch_totals: np.ndarray | None = None) -> StandardisedRate:
-    """Directly standardised rate Σ w_c x_c/n_c with its variance and effective sample size.
-
-    batch_events/batch_totals (batches × cohorts) give the batch-means variance; the effective n is the Kish n
-    divided by the design effect (batch-means variance / independent variance, never below 1).
-    """
+def _rate_parts(events, totals, weights):
     events = np.asarray(events, dtype=np.float64)
     totals = np.asarray(totals, dtype=np.float64)
     keep = totals > 0
@@ -251,21 +316,39 @@ def standardised_rate(events: np.ndarray, totals: np.ndarray, weights: np.ndarra
     rate = float((weights * p).sum())
     variance = float((weights[keep] ** 2 * p[keep] * (1 - p[keep]) / totals[keep]).sum())
     base_n = 1.0 / float((weights[keep] ** 2 / totals[keep]).sum())
-    if variance > 0 and 0 < rate < 1:
-        effective_n = rate * (1 - rate) / variance
-    else:
-        effective_n = base_n
-    deff = 1.0
+    effective_n = rate * (1 - rate) / variance if variance > 0 and 0 < rate < 1 else base_n
+    a = np.divide(weights, totals, out=np.zeros_like(totals), where=keep)
+    return rate, variance, effective_n, p, a
+
+
+def _rate_batch_sums(p, a, batch_events, batch_totals) -> np.ndarray:
+    """Per-batch sums of the standardised rate's linearisation Σ_i a_c (hit_i − p_c); they add up to zero."""
+    return ((np.asarray(batch_events, dtype=np.float64) - batch_totals * p[None, :]) * a[None, :]).sum(axis=1)
+
+
+def _with_design_effect(rate, variance, effective_n, batch_variance: float | None) -> StandardisedRate:
+    deff = max(1.0, batch_variance / variance) if batch_variance is not None and variance > 0 else 1.0
+    return StandardisedRate(rate, variance * deff, effective_n / deff, deff)
+
+
+def standardised_rate(events: np.ndarray, totals: np.ndarray, weights: np.ndarray,
+                      batch_events: np.ndarray | None = None,
+                      batch_totals: np.ndarray | None = None) -> StandardisedRate:
+    """Directly standardised rate Σ w_c x_c/n_c with its variance and effective sample size.
+
+    batch_events/batch_totals (batches × cohorts) give the batch-means variance; the effective n is the Kish n
+    divided by the design effect (batch-means variance / independent variance, never below 1).
+    """
+    rate, variance, effective_n, p, a = _rate_parts(events, totals, weights)
+    batch_variance = None
     if batch_events is not None and variance > 0:
         live_batches = batch_totals.sum(axis=1) > 0
         batch_events, batch_totals = batch_events[live_batches], batch_totals[live_batches]
         b = batch_events.shape[0]
         if b >= 2:
-            a = np.divide(weights, totals, out=np.zeros_like(totals), where=keep)
-            sums = ((batch_events - batch_totals * p[None, :]) * a[None, :]).sum(axis=1)
-            bm = float(b / (b - 1) * (sums**2).sum())
-            deff = max(1.0, bm / variance)
-    return StandardisedRate(rate, variance * deff, effective_n / deff, deff)
+            sums = _rate_batch_sums(p, a, batch_events, batch_totals)
+            batch_variance = float(b / (b - 1) * (sums**2).sum())
+    return _with_design_effect(rate, variance, effective_n, batch_variance)
 
 
 def proportion_interval(rate: float, n: float, alpha: float) -> tuple[float, float]:

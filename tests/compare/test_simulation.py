@@ -76,3 +76,42 @@ def test_prompt_mix_shift_never_fails():
     result = simulate.run_mix_trials(20000, trials=10, seed=17)
     assert result["naive_p99_change_min"] >= 0.4
     assert result["any_gate_fail"] == 0.0
+
+
+# A day both runs share at the same clock time (load curve, an incident), with bursts and AR(1) φ 0.9 of their own
+# (simulate.run_shared_day). With time-of-day clocks compare pairs the batches by window; with relative clocks it
+# cannot, and falls back to each run's own batches.
+
+
+def test_shared_day_aa_is_paired_and_does_not_fail():
+    result = simulate.run_shared_day(3000, trials=3, seed=41)
+    assert result["paired"] == 1.0
+    assert result["any_gate_fail"] == 0.0
+
+
+def test_shared_day_relative_clocks_are_not_paired():
+    result = simulate.run_shared_day(3000, trials=1, seed=42, paired_clock=False)
+    assert result["paired"] == 0.0
+
+
+@pytest.mark.slow
+def test_shared_day_aa_false_fail_is_at_most_the_family_level():
+    for n, trials, seed in ((3000, 30, 31), (20000, 8, 32)):
+        result = simulate.run_shared_day(n, trials, seed)
+        assert result["paired"] == 1.0
+        assert result["any_gate_fail"] <= 0.05, result
+        assert result["overall"]["fail"] <= 0.05, result
+
+
+@pytest.mark.slow
+def test_shared_day_power_paired_against_unpaired():
+    """×1.15 and ×1.25 on TTFT in a day both runs share: paired windows detect it, each run's own batches (the
+    shared load curve and incident counted as noise) hardly ever do."""
+    for factor in (1.15, 1.25):
+        paired = simulate.run_shared_day(20000, 8, 32, factor)
+        unpaired = simulate.run_shared_day(20000, 8, 32, factor, paired_clock=False)
+        assert paired["ttft_p50"]["fail"] >= 0.9, paired
+        assert paired["overall"]["fail"] >= 0.9, paired
+        assert paired["overall"]["pass"] == 0.0 and paired["ttft_p50"]["pass"] == 0.0   # a regression never passes
+        assert paired["ttft_p99"]["fail"] >= 0.25     # the tail lives in the shared incident: few windows carry it
+        assert unpaired["overall"]["fail"] <= 0.5 * paired["overall"]["fail"], unpaired
