@@ -26,6 +26,15 @@ from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, ra
 from servlens.analysis.runner import DetectorContext
 from servlens.analysis.windows import iso
 
+# What this detector reads of its rule file; the loader checks it against the TOML both ways.
+USES = {
+    "params": [
+        "cold_requests", "cold_ratio", "min_excess_s", "min_steady_requests", "prompt_growth_limit",
+        "max_p_value"
+    ],
+    "requires": [],
+}
+
 # The slow first requests' cached share this far below the steady one (30 points) measures a cold prefix cache.
 COLD_CACHE_GAP = 0.3
 

@@ -21,6 +21,14 @@ from __future__ import annotations
 from servlens.analysis.detectors._common import chart, not_evaluable, pct, rounded, table
 from servlens.analysis.runner import DetectorContext
 
+# What this detector reads of its rule file; the loader checks it against the TOML both ways.
+USES = {
+    "params": [
+        "at_limit_share", "min_affected", "critical_share", "critical_min_requests", "min_requests"
+    ],
+    "requires": [],
+}
+
 CONTEXT_ERROR = """(error_type IN ('exceed_context_size_error', 'ContextWindowExceededError', 'context_length_exceeded')
   OR lower(error_message) LIKE '%exceeds the available context size%'
   OR lower(error_message) LIKE '%maximum context length%'

@@ -20,6 +20,15 @@ import math
 from servlens.analysis.detectors._common import chart, not_evaluable, q, ratio, rounded, secs, table
 from servlens.analysis.runner import DetectorContext
 
+# What this detector reads of its rule file; the loader checks it against the TOML both ways.
+USES = {
+    "params": [
+        "min_requests", "min_group", "long_quantile", "long_ratio", "hol_ratio", "min_excess_s",
+        "max_p_value"
+    ],
+    "requires": [],
+}
+
 OK = "prompt_tokens IS NOT NULL AND t_arrival IS NOT NULL AND coalesce(status, 'ok') <> 'error'"
 # Short requests need their own TTFT; long ones only a prefill interval (a non-streamed long request still fills
 # the batch: its queue_s and prefill_s place its prefill without a TTFT).

@@ -19,10 +19,19 @@ from __future__ import annotations
 from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, rounded, secs, table
 from servlens.analysis.runner import DetectorContext
 from servlens.analysis.windows import iso
+from servlens.store import metric_roles
 
-KV_GAUGES = ("vllm:kv_cache_usage_perc", "sglang:token_usage", "llamacpp:kv_cache_usage_ratio")
-WAITING_GAUGES = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
-RUNNING_GAUGES = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
+# What this detector reads of its rule file; the loader checks it against the TOML both ways.
+USES = {
+    "params": [
+        "kv_high", "min_pressure_scrapes", "min_preemptions", "critical_preemptions", "min_scrapes"
+    ],
+    "requires": [],
+}
+
+KV_GAUGES = metric_roles.names("kv_usage")
+WAITING_GAUGES = metric_roles.names("waiting")
+RUNNING_GAUGES = metric_roles.names("running")
 PREEMPTION_COUNTER = "vllm:num_preemptions"
 RETRACTED_GAUGE = "sglang:num_retracted_reqs"
 WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"

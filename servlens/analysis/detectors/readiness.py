@@ -22,6 +22,15 @@ from servlens.analysis.runner import DetectorContext
 from servlens.analysis.sql_functions import fisher_exact_greater
 from servlens.analysis.windows import iso
 
+# What this detector reads of its rule file; the loader checks it against the TOML both ways.
+USES = {
+    "params": [
+        "ready_window_s", "ready_successes", "min_errors", "min_error_share", "error_ratio",
+        "max_p_value"
+    ],
+    "requires": [],
+}
+
 CLIENT_ERROR_STATUSES = (400, 401, 403, 413, 422, 429)
 CLIENT_ERROR_WORDS = ("context", "auth", "ratelimit", "rate_limit", "badrequest", "invalid_request", "permission",
                       "contentpolicy", "content_filter")

@@ -23,8 +23,18 @@ import math
 
 from servlens.analysis.detectors._common import chart, not_evaluable, q, rounded, secs, table
 from servlens.analysis.runner import DetectorContext
+from servlens.store import metric_roles
 
-RUNNING_GAUGES = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs")
+# What this detector reads of its rule file; the loader checks it against the TOML both ways.
+USES = {
+    "params": [
+        "target_tpot_p99_s", "min_growth", "min_rank_corr", "min_level_requests", "min_requests",
+        "min_completion_tokens", "critical_ratio"
+    ],
+    "requires": ["tpot_overlap"],
+}
+
+RUNNING_GAUGES = metric_roles.names("running")
 MAX_LEVELS = 16
 
 
