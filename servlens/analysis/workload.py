@@ -24,7 +24,10 @@ import duckdb
 import polars as pl
 
 from servlens.analysis.detectors._common import chart, rounded, table
+from servlens.analysis.failures import failed
+from servlens.analysis.vocabulary import band_range, length_band, status_known
 from servlens.analysis.windows import PEAK_WINDOW_S, iso, window_width
+from servlens.store import metric_roles
 from servlens.store.frames import first_row, frame
 
 # Every percentile here is one of these: one quantile state per column for all three (DuckDB merges identical
@@ -46,11 +49,9 @@ WIDE_STEPS_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 MAX_MODELS = 8
 MAX_HISTOGRAM_MODELS = 4
 MAX_PREFIX_GROUPS = 10
-# Log2 length bands (upper bounds): the same bands compare uses, so the two read alike.
-BAND_EDGES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 BLOCKS_EXPR = "CAST(json_extract(attrs, '$.prefix_blocks') AS BIGINT[])"
-RUNNING_GAUGES = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs")
-WAITING_GAUGES = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs", "tgi_queue_size")
+RUNNING_GAUGES = metric_roles.names("running")
+WAITING_GAUGES = metric_roles.names("waiting")
 
 
 def bucket_width(span_s: float) -> float:
@@ -62,16 +63,6 @@ def bucket_width(span_s: float) -> float:
         if span_s / step <= MAX_BUCKETS:
             return float(step)
     return float(math.ceil(span_s / MAX_BUCKETS))
-
-
-def band_label(upper: int) -> str:
-    return f"≤{upper:,}" if upper < BAND_EDGES[-1] else f">{BAND_EDGES[-2]:,}"
-
-
-def _band_sql(column: str) -> str:
-    """The log2 band (upper edge) of a token count, as portable SQL: the smallest edge >= the count."""
-    cases = " ".join(f"WHEN {column} <= {edge} THEN {edge}" for edge in BAND_EDGES[:-1])
-    return f"CASE {cases} ELSE {BAND_EDGES[-1]} END"
 
 
 def workload_profile(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict:
@@ -94,11 +85,12 @@ def run_profile(con: duckdb.DuckDBPyConnection, run: str) -> dict:
                                count(completion_tokens) AS with_output, count(ttft_s) AS with_ttft,
                                count(tpot_s) AS with_tpot, count(e2e_s) AS with_e2e, count(t_done) AS with_end,
                                count(prefix_key) AS with_prefix_key,
-                               count(CASE WHEN status = 'error' THEN 1 END) AS errors, count(status) AS with_status,
+                               count(*) FILTER (WHERE {failed}) AS errors,
+                               count(*) FILTER (WHERE {known}) AS with_status,
                                -- a status with no error field anywhere in the run (traces) says nothing about failures
                                count(http_status) + count(error_type) + count(finish_reason) + count(error_message)
                                  AS error_fields
-                        FROM workload_requests""")
+                        FROM workload_requests""".format(failed=failed(), known=status_known()))
     profile: dict[str, Any] = {"run": run, "requests": base["n"], "relative_clock": relative}
     if not base["n"]:
         profile["note"] = "no request logs in this run (metrics only): the workload is described by the engine gauges"
@@ -234,15 +226,15 @@ def _lengths(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
     shown = _model_filter(models[:MAX_HISTOGRAM_MODELS])
     hist = frame(con, f"""
         SELECT kind, coalesce(model, '(no model)') AS model, band, count(*) AS n FROM (
-            SELECT 'prompt' AS kind, model, {_band_sql('prompt_tokens')} AS band FROM workload_requests
+            SELECT 'prompt' AS kind, model, {length_band('prompt_tokens')} AS band FROM workload_requests
             WHERE prompt_tokens IS NOT NULL AND {shown}
             UNION ALL
-            SELECT 'output', model, {_band_sql('completion_tokens')} FROM workload_requests
+            SELECT 'output', model, {length_band('completion_tokens')} FROM workload_requests
             WHERE completion_tokens IS NOT NULL AND {shown})
         GROUP BY 1, 2, 3 ORDER BY 1 DESC, 2, 3""")
     if hist.height:
         # Every band between the shortest and the longest, empty ones too, so the x axis is not distorted.
-        bands = [b for b in BAND_EDGES if hist["band"].min() <= b <= hist["band"].max()]
+        bands = list(range(hist["band"].min(), hist["band"].max() + 1))
         grid = (hist.select("kind", "model").unique(maintain_order=True)
                 .join(pl.DataFrame({"band": bands}, schema={"band": hist.schema["band"]}), how="cross",
                       maintain_order="left_right")
@@ -250,10 +242,10 @@ def _lengths(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
                 .with_columns(pl.col("n").fill_null(0)))
         one_model = hist["model"].n_unique() == 1
         series = [{"name": kind if model == "(no model)" and one_model else f"{kind} ({model})",
-                   "x": [band_label(b) for b in bands], "y": counts}
+                   "x": [band_range(b) for b in bands], "y": counts}
                   for kind, model, counts in grid.group_by("kind", "model", maintain_order=True)
                   .agg(pl.col("n")).iter_rows()]
-        out["histogram"] = chart("bar", "Prompt and output length", "tokens (log2 band, upper edge)", "requests",
+        out["histogram"] = chart("bar", "Prompt and output length", "tokens (log2 band)", "requests",
                                  series)
     return out
 
