@@ -30,9 +30,9 @@ import argparse
 import importlib.util
 import re
 import statistics
-from dataclasses import replace
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent

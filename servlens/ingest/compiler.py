@@ -465,7 +465,7 @@ def _path_steps(path: str) -> list[str | int] | None:
 class _SchemaNode:
     uses: set = field(default_factory=set)  # 's' (read as text, ->>) and/or 'j' (read as JSON, ->)
     keys: dict = field(default_factory=dict)  # object members: name -> node
-    element: "_SchemaNode | None" = None  # list elements (every index read shares one element type)
+    element: _SchemaNode | None = None  # list elements (every index read shares one element type)
 
     @property
     def as_json(self) -> bool:

@@ -29,7 +29,7 @@ def test_default_limit_is_what_the_work_needs_and_memory_stores_spill_to_the_sys
 
 
 def test_the_default_limit_grows_with_threads_and_stays_under_sixty_percent_of_ram(monkeypatch):
-    import servlens.store.schema as schema
+    from servlens.store import schema
 
     monkeypatch.setattr(schema, "_physical_memory_bytes", lambda: 24 << 30)
     assert [default_memory_limit_mib(n) for n in (1, 2, 8, 64)] == [640, 768, 1536, 8704]

@@ -35,7 +35,7 @@ def _request_logs() -> list[tuple[Path, api._Plan]]:
                 continue
             try:
                 plan = api._plan(path, True, profiles, None, False)
-            except Exception:  # noqa: BLE001 - not a request log (the planner refuses it): nothing to compare
+            except Exception:  # noqa: BLE001, S112 - not a request log (the planner refuses it): nothing to compare
                 continue
             if plan.kind == "requests" and plan.profile.reader in ("jsonl", "json"):
                 found.append((path, plan))
@@ -72,7 +72,7 @@ def test_the_samples_hold_request_logs_of_many_profiles():
 
 @pytest.mark.parametrize("path,plan", LOGS, ids=[str(p.relative_to(DATA)) for p, _ in LOGS])
 def test_typed_and_line_reader_store_the_same_rows(path, plan):
-    options = dict(json_multiline=bool(plan.sample and plan.sample.json_multiline), wrapper=plan.wrapper)
+    options = {"json_multiline": bool(plan.sample and plan.sample.json_multiline), "wrapper": plan.wrapper}
     typed_rows, typed_errors, reader = _ingest(path, plan.profile, True, **options)
     line_rows, line_errors, line_reader = _ingest(path, plan.profile, False, **options)
     assert line_reader == "lines"
