@@ -206,7 +206,8 @@ def ingest_request_file(
             check_user_expression(body, f"Profile {profile.name}: macro {name}")
     compiled = compile_profile(profile, opts)
     if not profile.builtin:
-        reader = "read_parquet" if profile.reader == "parquet" else "read_csv"
+        # the line reader is read_csv over the file; the typed fast path reads the same file with read_json
+        reader = "read_parquet" if profile.reader == "parquet" else "read_json" if compiled.typed else "read_csv"
         check_user_query(compiled.select(source_id_sql="0", where_sql="true"), f"Profile {profile.name}",
                          readers={reader: src.duckdb_path(path)[1:-1].replace("''", "'")})
     relative = profile.clock == "relative" and start is None
