@@ -12,8 +12,11 @@ in-memory temporary table, the stages every design that keeps servlens' guarante
 - ``lines + all paths``: plus the extraction of every path the profile reads (what ingest does);
 - ``read_json as text``: ``read_json`` with the profile's paths as VARCHAR leaves, the read_json route to the same
   text values, without line numbers;
-- ``ingest query``: the whole compiled profile query (every column, redaction, flags), still into memory, without
-  the store, its transaction, the hash and line count, or the interpreter start.
+- ``typed read``: the typed fast path's read alone: ``read_json`` with the schema compiled from the profile's paths
+  (VARCHAR leaves, the values the line reader's text lookups give) and its columns;
+- ``ingest query``: the whole compiled profile query through the line reader (every column, error-text redaction,
+  flags), still into memory, without the store, its transaction, the hash and line count, or the interpreter start;
+- ``fast path``: the same query compiled for the typed fast path (what ``servlens ingest`` runs first).
 
 Each stage's median over the repetitions is printed with its ratio to the scan.
 
@@ -29,6 +32,7 @@ import re
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -85,7 +89,8 @@ def measure(argv: list[str] | None = None) -> dict[str, tuple[float, int]]:
     """Print the table; return each stage's median seconds and row count."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("file", type=Path)
-    parser.add_argument("--format", choices=["openai", "litellm"], default="openai")
+    parser.add_argument("--format", choices=["openai", "litellm"], default="openai",
+                        help="the file's format: openai (servlens-loadgen profile) or litellm (litellm-slp)")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
 
@@ -105,8 +110,9 @@ def measure(argv: list[str] | None = None) -> dict[str, tuple[float, int]]:
     if not path.is_file():
         parser.error(f"{args.file} is not a file: pass a JSON-lines request log, e.g. one benchmarks/run.py generated")
     profile = get_profile({"openai": "servlens-loadgen", "litellm": "litellm-slp"}[args.format])
-    compiled = compile_profile(profile, CompileOptions(path=path, compression=compression_of(path), default_run=path.stem,
-                                                       lines_by_insert_order=True))
+    opts = CompileOptions(path=path, compression=compression_of(path), default_run=path.stem, lines_by_insert_order=True)
+    compiled = compile_profile(profile, opts)
+    fast = compile_profile(profile, replace(opts, typed=True))
     paths = compiled.json_paths
 
     con = duckdb.connect()
@@ -128,21 +134,29 @@ def measure(argv: list[str] | None = None) -> dict[str, tuple[float, int]]:
                              f"columns={_varchar_schema(paths)}, maximum_object_size=104857600)",
         "ingest query": compiled.select(source_id_sql="1"),
     }
+    if fast.typed:  # the read alone, then the whole query
+        stages["typed read"] = "WITH " + ",\n".join(f"{n} AS ({b})" for n, b in fast.ctes[:2]) + " SELECT * FROM _paths"
+        stages["fast path"] = fast.select(source_id_sql="1")
+    for statement in fast.macro_sql():
+        con.execute(statement)
     times: dict[str, list[float]] = {name: [] for name in stages}
+    cpu: dict[str, list[float]] = {name: [] for name in stages}  # the process's CPU time (DuckDB's threads included)
     rows: dict[str, int] = {}
     for _ in range(args.repeat):
         for name, query in stages.items():  # interleaved, so a slow minute touches every stage alike
             con.execute("DROP TABLE IF EXISTS floor_t")
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             con.execute(f"CREATE TEMP TABLE floor_t AS {query}")
             times[name].append(time.perf_counter() - started)
+            cpu[name].append(time.process_time() - cpu_started)
             rows[name] = con.execute("SELECT count(*) FROM floor_t").fetchone()[0]
-    scan = statistics.median(times["scan"])
+    scan, scan_cpu = statistics.median(times["scan"]), statistics.median(cpu["scan"])
     print(f"{path.name}: {args.repeat} repetitions, DuckDB {duckdb.__version__}, in one process, into memory")
-    print(f"{'stage':34s} {'median s':>9s} {'range s':>13s} {'x scan':>7s}")
+    print(f"{'stage':34s} {'median s':>9s} {'range s':>13s} {'x scan':>7s} {'CPU s':>7s} {'x scan':>7s}")
     for name, values in times.items():
-        median = statistics.median(values)
-        print(f"{name:34s} {median:9.2f} {min(values):6.2f}-{max(values):<6.2f} {median / scan:7.2f}")
+        median, cpu_median = statistics.median(values), statistics.median(cpu[name])
+        print(f"{name:34s} {median:9.2f} {min(values):6.2f}-{max(values):<6.2f} {median / scan:7.2f} "
+              f"{cpu_median:7.2f} {cpu_median / scan_cpu:7.2f}")
     return {name: (statistics.median(values), rows[name]) for name, values in times.items()}
 
 

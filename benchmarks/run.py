@@ -5,7 +5,8 @@ with a known regression, then measures, each as its own child process, several r
 
 - ``scan``: the practical limit — DuckDB ``read_json`` of the same file materialising the same source fields that
   ingest reads (typed columns for exactly those fields) into a table in a fresh on-disk database;
-- ``ingest``: ``servlens ingest FILE`` into a fresh store;
+- ``ingest``: ``servlens ingest FILE`` into a fresh store (its JSON summary says which files the typed fast path
+  read: reported as the fast path's share of files);
 - ``analyze``: ``servlens analyze FILE`` end to end (ingest + every rule + the HTML report), fresh store;
 - ``scan2`` and ``compare``: the same scan of both files of the pair, and ``servlens compare BEFORE AFTER``;
 - ``pandas``: ``pandas.read_json(FILE, lines=True)``, the script a user would otherwise write (only while the file
@@ -19,6 +20,7 @@ covers the whole process and its threads). A command that does not exist yet is 
 Example:
     python benchmarks/run.py                       # 100k and 1M, 3 repetitions, writes benchmarks/RESULTS.md
     python benchmarks/run.py --sizes 10M --repeat 2
+    python benchmarks/run.py --sizes 100k,1M --format litellm-lean,openai-lean   # rows without message text
     python benchmarks/run.py --smoke --data /tmp/bench --out /tmp/bench/RESULTS.md
 """
 
@@ -187,8 +189,9 @@ def run_child(argv: list[str], cwd: Path, niceness: int = 10,
 
 
 def servlens_argv() -> list[str]:
-    exe = shutil.which("servlens")
-    return [exe] if exe else [sys.executable, "-m", "servlens"]
+    """The servlens of this interpreter's environment (a `servlens` found first on PATH may be another checkout's)."""
+    beside = Path(sys.executable).parent / "servlens"
+    return [str(beside)] if beside.is_file() else [sys.executable, "-m", "servlens"]
 
 
 def command_available(cmd: str) -> bool:
@@ -225,6 +228,18 @@ def available_memory_bytes() -> int:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+# Lean variants: the same generator without message or answer text (LiteLLM turn_off_message_logging).
+LEAN_SUFFIX = "-lean"
+FORMAT_CHOICES = tuple(f for base in generate.FORMATS for f in (base, base + LEAN_SUFFIX))
+
+
+def split_format(fmt: str, redact: bool = False) -> tuple[str, bool]:
+    """'litellm-lean' -> ('litellm', True): the generator's format and whether its rows carry no text."""
+    if fmt.endswith(LEAN_SUFFIX):
+        return fmt[: -len(LEAN_SUFFIX)], True
+    return fmt, redact
+
+
 def ensure_data(size: int, fmt: str, data_dir: Path, seed: int, redact: bool = False) -> tuple[Path, Path, Path]:
     """The day file (= the pair's before) and the after file for ``size``; generated once, reused after."""
     pair_dir = data_dir / f"{fmt}{'-redacted' if redact else ''}-{label(size)}-s{seed}"
@@ -259,6 +274,8 @@ def store_rows(db: Path) -> int | None:
 
 def bench_size(size: int, fmt: str, data_dir: Path, work: Path, repeat: int, pandas_max: int,
                available: dict[str, bool], seed: int = 7, niceness: int = 10, redact: bool = False) -> dict:
+    shown = fmt if fmt.endswith(LEAN_SUFFIX) or not redact else fmt + LEAN_SUFFIX
+    fmt, redact = split_format(fmt, redact)
     before, after, manifest = ensure_data(size, fmt, data_dir, seed, redact)
     file_bytes = before.stat().st_size
     print(f"== {label(size)} requests, {fmt}, {file_bytes / 1e6:.0f} MB", flush=True)
@@ -286,7 +303,8 @@ def bench_size(size: int, fmt: str, data_dir: Path, work: Path, repeat: int, pan
 
     plan: list[tuple[str, callable]] = [
         ("scan", lambda d: scan_script([before], fmt, d / "scan.duckdb")),
-        ("ingest", lambda d: sl + ["--db", str(d / "store.duckdb"), "ingest", str(before), "--run", "bench"]),
+        ("ingest", lambda d: sl + ["--db", str(d / "store.duckdb"), "ingest", str(before), "--run", "bench",
+                                   "--format", "json", "--out", str(d / "ingest.json")]),
         ("analyze", lambda d: sl + ["--db", str(d / "store.duckdb"), "analyze", str(before),
                                     "--out", str(d / "report.html")]),
         ("scan2", lambda d: scan_script([before, after], fmt, d / "scan.duckdb")),
@@ -310,6 +328,7 @@ def bench_size(size: int, fmt: str, data_dir: Path, work: Path, repeat: int, pan
                 meas.note = f"exit {code}: {tail.strip().splitlines()[-1] if tail.strip() else ''}"
             if name == "ingest":
                 meas.extra["rows"] = store_rows(d / "store.duckdb")
+                meas.extra["readers"] = readers_of(d / "ingest.json")
             if name in ("analyze", "compare"):
                 report = d / ("report.html" if name == "analyze" else "compare.html")
                 meas.extra["report_bytes"] = report.stat().st_size if report.exists() else None
@@ -318,8 +337,18 @@ def bench_size(size: int, fmt: str, data_dir: Path, work: Path, repeat: int, pan
             print(f"  [{rep + 1}/{repeat}] {name:8s} {wall:8.2f} s  {cpu:8.2f} s CPU  {rss:8.0f} MB  exit {code}",
                   flush=True)
     shutil.rmtree(work, ignore_errors=True)
-    return {"size": size, "format": fmt, "file_bytes": file_bytes, "after_bytes": after.stat().st_size,
+    return {"size": size, "format": shown, "file_bytes": file_bytes, "after_bytes": after.stat().st_size,
             "manifest": json.loads(manifest.read_text()), "measures": m}
+
+
+def readers_of(summary: Path) -> list[str]:
+    """Which reader read each request log, from `servlens ingest --format json`: 'typed' (the fast path) or
+    'lines' (the line reader); empty when the summary is missing."""
+    try:
+        doc = json.loads(summary.read_text())
+    except (OSError, ValueError):
+        return []
+    return [s.get("reader", "lines") for s in doc.get("sources", []) if s.get("kind", "requests") == "requests"]
 
 
 def ratio(a: Measure, b: Measure, cpu: bool = False) -> float | None:
@@ -349,7 +378,7 @@ def tables(results: list[dict], repeat: int) -> str:
     lines = [f"| size | file | step | wall s (median of {repeat}) | range s | CPU s (median) | peak RSS MB | note |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        size = f"{label(r['size'])}"
+        size = f"{label(r['size'])} {r['format']}"
         for name, meas in r["measures"].items():
             file_mb = r["file_bytes"] / 1e6 if name not in ("scan2", "compare") else (r["file_bytes"] + r["after_bytes"]) / 1e6
             if not meas.available or not meas.wall_s:
@@ -360,6 +389,9 @@ def tables(results: list[dict], repeat: int) -> str:
                 rows = meas.extra["rows"]
                 lost = f" — {r['size'] - rows:,} REQUESTS LOST" if rows != r["size"] else ""
                 note = (note + "; " if note else "") + f"{rows:,} rows in store{lost}"
+                readers = meas.extra.get("readers") or []
+                if readers:
+                    note += f"; fast path read {readers.count('typed')}/{len(readers)} files"
             if meas.extra.get("report_bytes"):
                 note = (note + "; " if note else "") + f"report {meas.extra['report_bytes'] / 1e6:.2f} MB"
             lines.append(f"| {size} | {file_mb:.0f} MB | {name} | {meas.median:.2f} | {meas.noise()} | "
@@ -371,7 +403,7 @@ def tables(results: list[dict], repeat: int) -> str:
     for r in results:
         ms = r["measures"]
         per_m = lambda meas: fmt_num(None if meas.median is None else meas.median / (r["size"] / 1e6))  # noqa: E731
-        lines.append(f"| {label(r['size'])} | {paired(ms['ingest'], ms['scan'])} | "
+        lines.append(f"| {label(r['size'])} {r['format']} | {paired(ms['ingest'], ms['scan'])} | "
                      f"{paired(ms['analyze'], ms['scan'])} | {paired(ms['pandas'], ms['analyze'])} | "
                      f"{paired(ms['compare'], ms['scan2'])} | {paired(ms['pandas'], ms['scan'])} | "
                      f"{per_m(ms['scan'])}, {per_m(ms['ingest'])}, {per_m(ms['analyze'])} |")
@@ -382,7 +414,7 @@ def tables(results: list[dict], repeat: int) -> str:
         ms = r["measures"]
         cells = [fmt_num(ratio(ms[a], ms[b], cpu=True))
                  for a, b in (("ingest", "scan"), ("analyze", "scan"), ("pandas", "analyze"), ("compare", "scan2"))]
-        lines.append(f"| {label(r['size'])} | {' | '.join(cells)} |")
+        lines.append(f"| {label(r['size'])} {r['format']} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -424,7 +456,7 @@ The machine is shared (2 cores): every measured command ran at niceness {nicenes
 
 Command: `python benchmarks/run.py {' '.join(argv)}`
 
-Data: `benchmarks/generate.py`, format `{results[0]['format'] if results else '-'}`, one day of gateway traffic with
+Data: `benchmarks/generate.py`, formats {', '.join(sorted({f"`{r['format']}`" for r in results})) or '-'}, one day of gateway traffic with
 incidents {', '.join(f'`{s}`' for s in BENCH_INCIDENTS)}; the pair's after run (another seed) carries the known
 regression `{BENCH_REGRESSION}`. Bytes per request: {', '.join(f"{label(r['size'])}: {r['file_bytes'] / r['size']:.0f}" for r in results)}.
 
@@ -446,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Example:\n" + __doc__.split("Example:\n", 1)[1])
     ap.add_argument("--sizes", default="100k,1M", help="comma-separated request counts (100k, 1M, 10M)")
-    ap.add_argument("--format", default="litellm", choices=generate.FORMATS)
+    ap.add_argument("--format", default="litellm,litellm-lean",
+                    help=f"comma-separated formats, each one of {', '.join(FORMAT_CHOICES)} (-lean: no message text)")
     ap.add_argument("--redact", action="store_true",
                     help="no message or answer text in the logs (LiteLLM turn_off_message_logging): lean rows")
     ap.add_argument("--repeat", type=int, default=3)
@@ -460,15 +493,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.sizes, args.repeat = "2000", 1
     sizes = [generate.parse_count(s) for s in args.sizes.split(",")]
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    bad = [f for f in formats if f not in FORMAT_CHOICES]
+    if bad:
+        ap.error(f"--format {', '.join(bad)}: each must be one of {', '.join(FORMAT_CHOICES)}")
     available = {cmd: command_available(cmd) for cmd in ("ingest", "analyze", "compare")}
     print("servlens commands available: " + ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in available.items()))
     data_dir = Path(args.data)
     results = []
     with tempfile.TemporaryDirectory(prefix="servlens-bench-", dir=data_dir if data_dir.exists() else None) as tmp:
-        for size in sizes:
-            results.append(bench_size(size, args.format, data_dir, Path(tmp) / label(size), args.repeat,
-                                      generate.parse_count(args.pandas_max), available, args.seed, args.nice,
-                                      args.redact))
+        for fmt in formats:
+            for size in sizes:
+                results.append(bench_size(size, fmt, data_dir, Path(tmp) / f"{fmt}-{label(size)}", args.repeat,
+                                          generate.parse_count(args.pandas_max), available, args.seed, args.nice,
+                                          args.redact))
     table = tables(results, args.repeat)
     print()
     print(table)

@@ -147,8 +147,12 @@ class DetectorContext:
 
 T_AT = "coalesce(t_arrival, t_first_token, t_end)"
 
+# A table, not a view: every rule and the evidence checks read the scope, so a view re-scanned all of `requests` for
+# each (rule, scope) pair; once the store is larger than DuckDB's memory limit, each of those scans read it back from
+# the spill files (1M lean LiteLLM rows under the 768 MiB default: rules 45 s CPU through the view, 20 s + 18 s to
+# copy through the table; benchmarks/RESULTS.md).
 SCOPE_REQUESTS_SQL = """
-CREATE OR REPLACE TEMP VIEW scope_requests AS
+CREATE OR REPLACE TEMP TABLE scope_requests AS
 SELECT *, {t_at} AS t_at, {t_window} AS t_window
 FROM requests WHERE {where}
 """

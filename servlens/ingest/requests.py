@@ -166,6 +166,19 @@ def count_time_notes(con: duckdb.DuckDBPyConnection, where: str) -> tuple[dict[s
     return counts
 
 
+def _typed_rows_complete(con: duckdb.DuckDBPyConnection, inserted: str, job: _DigestJob) -> bool:
+    """Whether the typed read's rows are the line reader's: one row per line of the file (read_json passes over a
+    blank line, which the line reader counts, so the numbers would shift) and none lacking a required field (the
+    line reader keeps such a line as a bad line, with the keys it saw)."""
+    lines = job.lines()
+    if lines is None or job.long_lines:
+        return False
+    rows, bad = con.execute(
+        f"SELECT count(*), count(*) FILTER (WHERE status = '{BAD_ROW_STATUS}') FROM requests WHERE {inserted}"
+    ).fetchone()
+    return rows == lines and not bad
+
+
 def _runs_in_file(con: duckdb.DuckDBPyConnection, compiled, default_run: str) -> list[str]:
     runs = [r[0] for r in con.execute(compiled.runs_sql()).fetchall() if r[0] is not None]
     return runs or [default_run]
@@ -184,10 +197,16 @@ def ingest_request_file(
     json_multiline: bool = False,
     safe: bool = False,
     wrapper: Wrapper | None = None,
+    typed: bool = True,
     _digest: _DigestJob | None = None,
 ) -> SourceResult:
     """Ingest `path` with `profile` into the store. Same content in the same run is skipped; a changed file at the
-    same path replaces that source's rows; everything for this file happens in one transaction."""
+    same path replaces that source's rows; everything for this file happens in one transaction.
+
+    With `typed` a JSON-lines file is read by the typed fast path first (compiler._typed_read) where the profile
+    allows it; its rows are kept only when the line reader could not have given other ones (no reader or conversion
+    error, one row per line of the file, no line lacking a required field), else the file is read again by the
+    line reader, which names every bad line."""
     path = Path(path).resolve()
     opts = CompileOptions(
         path=path,
@@ -203,13 +222,15 @@ def ingest_request_file(
     )
     # Lines are numbered by insert order where the profile allows it (one row per line, in line order).
     opts = replace(opts, lines_by_insert_order=can_number_by_insert_order(profile, opts))
+    opts = replace(opts, typed=typed and not safe and opts.lines_by_insert_order)
     if not profile.builtin:
         check_csv_options(profile.name, profile.csv_options)
         for name, (_, body) in profile.macros.items():
             check_user_expression(body, f"Profile {profile.name}: macro {name}")
     compiled = compile_profile(profile, opts)
     if not profile.builtin:
-        reader = "read_parquet" if profile.reader == "parquet" else "read_csv"
+        # the line reader is read_csv over the file; the typed fast path reads the same file with read_json
+        reader = "read_parquet" if profile.reader == "parquet" else "read_json" if compiled.typed else "read_csv"
         check_user_query(compiled.select(source_id_sql="0", where_sql="true"), f"Profile {profile.name}",
                          readers={reader: src.duckdb_path(path)[1:-1].replace("''", "'")})
     relative = profile.clock == "relative" and start is None
@@ -231,7 +252,8 @@ def ingest_request_file(
     learn_runs = run is None and profile.run is not None
     runs: list[str] | None = [run if run is not None else opts.default_run]
     retry = dict(run=run, keep_text=keep_text, strict=strict, start=start, tz=tz, json_multiline=json_multiline,
-                 safe=True, wrapper=wrapper, _digest=job)
+                 safe=True, wrapper=wrapper, typed=False, _digest=job)
+    by_lines = dict(retry, safe=safe)  # the same file through the line reader (the typed read did not fit it)
     if learn_runs:
         runs = None
         seen = con.execute(
@@ -241,7 +263,8 @@ def ingest_request_file(
         ).fetchone()[0]
         if seen:
             try:
-                runs = _runs_in_file(con, compiled, opts.default_run)
+                runs = _runs_in_file(con, compile_profile(profile, replace(opts, typed=False)) if compiled.typed
+                                     else compiled, opts.default_run)
             except _CONVERSION_ERRORS as exc:
                 if safe:
                     raise _profile_error(profile, path, exc) from exc
@@ -288,11 +311,17 @@ def ingest_request_file(
         # Numbering lines by insert order needs every row the query yields to be inserted: with a run of the file
         # skipped (same content already stored), row_number() numbers them instead.
         if opts.lines_by_insert_order and runs is not None and len(ids) != len(runs):
-            compiled = compile_profile(profile, replace(opts, lines_by_insert_order=False))
+            compiled = compile_profile(profile, replace(opts, lines_by_insert_order=False, typed=False))
         sql = compiled.select(source_id_sql=source_sql, where_sql=where)
+        inserted = f"source_id IN ({', '.join(str(v) for v in ids.values())})" if ids else f"source_id = {first_id}"
         try:
             con.execute(f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)})\n{sql}")
-        except _CONVERSION_ERRORS as exc:
+        except duckdb.Error as exc:
+            if compiled.typed:
+                # Whatever read_json or a cast refused (a bad line, a value of another type): the line reader decides.
+                return _read_again(con, path, profile, by_lines, in_transaction=True)
+            if not isinstance(exc, _CONVERSION_ERRORS):
+                raise _profile_error(profile, path, exc) from exc
             fixed = _explicit_csv_dialect(profile, path, exc)
             if fixed is not None:
                 # DuckDB's CSV sniffer gives up on a file whose last row has an unterminated quote: read it with
@@ -302,9 +331,9 @@ def ingest_request_file(
                 raise _profile_error(profile, path, exc) from exc
             # A value an expression cannot convert: redo this file with every expression in try() (slower, exact).
             return _read_again(con, path, profile, retry, in_transaction=True)
-        except duckdb.Error as exc:
-            raise _profile_error(profile, path, exc) from exc
-        inserted = f"source_id IN ({', '.join(str(v) for v in ids.values())})" if ids else f"source_id = {first_id}"
+        if compiled.typed and not _typed_rows_complete(con, inserted, job):
+            return _read_again(con, path, profile, by_lines, in_transaction=True)
+        result.extra["reader"] = "typed" if compiled.typed else "lines"
         for statement in compiled.after_insert_sql(inserted):
             con.execute(statement)
         redact_rows(con, inserted)

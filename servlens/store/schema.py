@@ -195,7 +195,12 @@ MIGRATIONS: dict[int, str] = {}
 
 MEMORY_LIMIT_ENV = "SERVLENS_MEMORY_LIMIT"
 TEMP_DIR_ENV = "SERVLENS_TEMP_DIR"
-DEFAULT_MEMORY_SHARE = 0.6
+DEFAULT_MEMORY_SHARE = 0.6  # the most a default limit takes of the RAM (or container limit)
+# What a servlens command needs from DuckDB: a base for the store's working blocks and, per thread, room for the
+# line reader's buffers (2 x 8 MiB), a hash table or sort run; the rest spills to the temp folder. On 2 cores:
+# 768 MiB, so that the whole process (Python and its libraries: ~0.15 GB) stays near 1 GB whatever the input size.
+DEFAULT_MEMORY_BASE_MIB = 512
+DEFAULT_MEMORY_PER_THREAD_MIB = 128
 
 
 def _physical_memory_bytes() -> int | None:
@@ -214,10 +219,22 @@ def _physical_memory_bytes() -> int | None:
     return total
 
 
+def default_memory_limit_mib(threads: int | None = None) -> int:
+    """The default memory limit: what the work needs (DEFAULT_MEMORY_BASE_MIB plus DEFAULT_MEMORY_PER_THREAD_MIB
+    per DuckDB thread, one per core), never more than 60% of the RAM or container limit (nor less than 256 MiB).
+    Not a share of the RAM: DuckDB keeps what it may in memory, so with 60% of 24 GB `analyze` of 10M requests
+    peaked at 12.9 GB and ran 58 times as long as at 1M (benchmarks/RESULTS.md)."""
+    threads = threads or os.cpu_count() or 1
+    wanted = DEFAULT_MEMORY_BASE_MIB + DEFAULT_MEMORY_PER_THREAD_MIB * threads
+    total = _physical_memory_bytes()
+    if total:
+        wanted = min(wanted, int(total * DEFAULT_MEMORY_SHARE) // (1 << 20))
+    return max(256, wanted)
+
+
 def store_config(in_memory: bool) -> dict[str, str]:
     """DuckDB settings for a store: a memory limit (SERVLENS_MEMORY_LIMIT, a DuckDB size such as '4GB' or '50%';
-    default 60% of the RAM or container limit, below DuckDB's own 80%, so Python's share of the work and the other
-    processes on the machine keep room) and where to spill past it (SERVLENS_TEMP_DIR; default: next to an on-disk
+    default default_memory_limit_mib(): what the work needs, 768 MiB on 2 cores) and where to spill past it (SERVLENS_TEMP_DIR; default: next to an on-disk
     store, DuckDB's '<store>.tmp'; for an in-memory store a fresh folder in the system temp dir instead of DuckDB's
     '.tmp' in the working directory). DuckDB creates the folder only when it spills and removes it on close."""
     # Ingest numbers a file's lines by the order its rows are inserted in (ingest/compiler.py): DuckDB's default,
@@ -227,9 +244,7 @@ def store_config(in_memory: bool) -> dict[str, str]:
     if limit:
         config["memory_limit"] = limit
     else:
-        total = _physical_memory_bytes()
-        if total:
-            config["memory_limit"] = f"{max(256, int(total * DEFAULT_MEMORY_SHARE) // (1 << 20))}MiB"
+        config["memory_limit"] = f"{default_memory_limit_mib()}MiB"
     temp_root = os.environ.get(TEMP_DIR_ENV, "").strip()
     if temp_root or in_memory:
         root = Path(temp_root) if temp_root else Path(tempfile.gettempdir())

@@ -210,6 +210,7 @@ def test_harness_smoke(tmp_path):
     if available["ingest"]:
         assert m["ingest"].exit_codes == [0], m["ingest"].note
         assert m["ingest"].extra["rows"] == 2000
+        assert m["ingest"].extra["readers"] == ["typed"]  # the generated log has no bad line: the fast path
     else:
         assert m["ingest"].wall_s == [] and "not available" in m["ingest"].note
     if available["analyze"]:
@@ -219,7 +220,8 @@ def test_harness_smoke(tmp_path):
         assert m["compare"].exit_codes[0] in (0, 1, 3), m["compare"].note
     table = run.tables([result], 1)
     assert "| 2000 | " not in table
-    scan_row = f"| 2k | {result['file_bytes'] / 1e6:.0f} MB | scan | {m['scan'].median:.2f} | - | {m['scan'].cpu_median:.2f} |"
+    assert "fast path read 1/1 files" in table
+    scan_row = f"| 2k litellm | {result['file_bytes'] / 1e6:.0f} MB | scan | {m['scan'].median:.2f} | - | {m['scan'].cpu_median:.2f} |"
     assert scan_row in table
     # CPU time is the command's own (user + system): positive, and at most every core for the whole wall time
     assert all(0 < meas.cpu_s[0] <= meas.wall_s[0] * (os.cpu_count() or 1) for meas in m.values() if meas.cpu_s)
@@ -227,6 +229,13 @@ def test_harness_smoke(tmp_path):
     out = tmp_path / "RESULTS.md"
     run.write_results(out, [result], ["--smoke"], 1, table, 0)
     assert "Command: `python benchmarks/run.py --smoke`" in out.read_text()
+
+
+def test_lean_formats_name_the_generator_and_its_text(tmp_path):
+    assert run.split_format("litellm-lean") == ("litellm", True)
+    assert run.split_format("openai") == ("openai", False)
+    assert run.split_format("openai", redact=True) == ("openai", True)
+    assert set(run.FORMAT_CHOICES) == {"litellm", "litellm-lean", "openai", "openai-lean"}
 
 
 def test_floor_times_every_stage_on_the_same_rows(capsys):
@@ -237,7 +246,7 @@ def test_floor_times_every_stage_on_the_same_rows(capsys):
     measured = floor.measure([str(REAL_CLIENT_LOG), "--repeat", "1"])
     assert list(measured) == ["scan", "lines", next(k for k in measured if k.startswith("lines + present")),
                               next(k for k in measured if k.startswith("lines + all")), "read_json as text",
-                              "ingest query"]
+                              "ingest query", "typed read", "fast path"]
     assert {name: rows for name, (_, rows) in measured.items()} == dict.fromkeys(measured, requests)
     present = int(next(k for k in measured if k.startswith("lines + present")).split("(")[1].rstrip(")"))
     every = int(next(k for k in measured if k.startswith("lines + all")).split("(")[1].rstrip(")"))
