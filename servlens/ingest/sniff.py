@@ -227,11 +227,14 @@ def score_profile(profile: Profile, sample: FileSample, name: str) -> tuple[floa
     matched, best_share, best_missing = 0, 0.0, [p for p, _ in must]
     may_hits = 0.0
     for record in records:
+        # A record with a field the profile rules out is another format, not a near miss of this one.
+        if any(path_present(record, tokens) for tokens in must_not):
+            continue
         missing = [p for p, tokens in must if not path_present(record, tokens)]
         share = 1 - len(missing) / len(must)
         if share > best_share or (share == best_share and len(missing) < len(best_missing)):
             best_share, best_missing = share, missing
-        if missing or any(path_present(record, tokens) for tokens in must_not):
+        if missing:
             continue
         matched += 1
         if may:
