@@ -233,7 +233,7 @@ def check_rules(directory: Path | None = None) -> tuple[int, list[Problem]]:
                 for kind in ("VIEW", "TABLE"):
                     for (name,) in con.execute(f"SELECT {kind.lower()}_name FROM duckdb_{kind.lower()}s() "
                                                "WHERE temporary AND NOT internal").fetchall():
-                        if name not in ("metric_roles",) and not name.startswith("scope_"):
+                        if name not in ("metric_roles", "format_columns") and not name.startswith("scope_"):
                             con.execute(f"DROP {kind} IF EXISTS {name}")
     finally:
         con.close()
