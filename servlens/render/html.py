@@ -610,7 +610,9 @@ class _ReportBuilder:
         return {
             **_finding_head(finding),
             "anchor": f"finding-{index}",
-            "metrics": [(humanize(k), format_keyed(k, v, limits.cell_chars)) for k, v in evidence["metrics"].items()],
+            # A metric the scope cannot give (NULL) is not a measurement: shown as in the text and Markdown, not at all.
+            "metrics": [(humanize(k), format_keyed(k, v, limits.cell_chars)) for k, v in evidence["metrics"].items()
+                        if v is not None],
             "thresholds": [(humanize(k), format_keyed(k, v, limits.cell_chars))
                            for k, v in evidence["thresholds"].items()],
             "windows": evidence["windows"][: limits.list_items],
