@@ -257,4 +257,10 @@ class _SafeFormatter(string.Formatter):
 
 
 def fill_template(template: str, values: dict[str, Any]) -> str:
-    return _SafeFormatter().format(template, **values)
+    """Fill a sentence; timestamps print as every document writes them (ISO-8601 UTC with ms and a Z)."""
+    from datetime import datetime
+
+    from servlens.analysis.windows import iso
+
+    shown = {k: (iso(v) if isinstance(v, datetime) else v) for k, v in values.items()}
+    return _SafeFormatter().format(template, **shown)

@@ -114,6 +114,19 @@ def _pct(name: str, args: list[str], pos: SqlPosition) -> str:
     return f"printf('%.{digits}f', 100.0 * ({expr})) || '%'"
 
 
+def _int(name: str, args: list[str], pos: SqlPosition) -> str:
+    expr = _one_arg(name, args, pos)
+    # Thousands separators, as the templates' {x:,}: sl_int(2048) = '2,048' (NULL stays NULL).
+    return f"printf('%,d', CAST(round({expr}) AS BIGINT))"
+
+
+def _secs(name: str, args: list[str], pos: SqlPosition) -> str:
+    expr = _one_arg(name, args, pos)
+    # A duration as people read it: under a second in ms ('850 ms'), else seconds with two decimals ('8.00 s').
+    return (f"CASE WHEN ({expr}) IS NULL THEN 'n/a' WHEN ({expr}) < 1 THEN printf('%.0f', 1000.0 * ({expr})) || ' ms' "
+            f"ELSE printf('%.2f', 1.0 * ({expr})) || ' s' END")
+
+
 def _with_alias(build: Callable[[str], str]) -> Callable:
     return lambda name, args, pos, params: build(_alias_arg(name, args, pos))
 
@@ -133,6 +146,8 @@ MACROS: dict[str, Callable[[str, list[str], SqlPosition, dict], str]] = {
     "sl_output_band": _with_expr(vocabulary.length_band),
     "sl_glob_any": _glob_any,
     "sl_pct": lambda name, args, pos, params: _pct(name, args, pos),
+    "sl_int": lambda name, args, pos, params: _int(name, args, pos),
+    "sl_secs": lambda name, args, pos, params: _secs(name, args, pos),
 }
 
 

@@ -4,6 +4,8 @@
                                            hypergeometric with the table's margins (the first row's share of the
                                            first column is greater than the second row's)
     sl_binom_sf(k, n, p)                   P(X >= k) for X ~ Binomial(n, p)
+    sl_normal_sf(z)                        P(Z >= z) for a standard normal Z (0.5 erfc(z / sqrt 2)): the tail of a
+                                           rank test's normal approximation computed in SQL (SL008)
     sl_mannwhitney_less_p(xs, ys)          one-sided Mann-Whitney U test that xs tend to be smaller than ys
                                            (scipy.stats.mannwhitneyu(xs, ys, alternative="less"), asymptotic with
                                            tie and continuity correction for large samples, exact for small ones)
@@ -56,6 +58,11 @@ def binom_sf(k: int, n: int, p: float) -> float:
     return min(1.0, sum(math.comb(n, x) * p ** x * (1 - p) ** (n - x) for x in range(k, n + 1)))
 
 
+def normal_sf(z: float) -> float:
+    """P(Z >= z) for a standard normal Z: the upper tail a rank test's normal approximation reads."""
+    return 0.5 * math.erfc(float(z) / math.sqrt(2))
+
+
 def mannwhitney_less_p(xs: list[float], ys: list[float]) -> float | None:
     """One-sided Mann-Whitney U p-value that xs are stochastically smaller than ys; NULL with an empty side."""
     xs = [float(v) for v in xs if v is not None]
@@ -71,6 +78,7 @@ FUNCTIONS = (
     ("sl_fisher_greater_p", fisher_exact_greater, ["BIGINT", "BIGINT", "BIGINT", "BIGINT"], "DOUBLE"),
     ("sl_binom_sf", binom_sf, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
     ("sl_mannwhitney_less_p", mannwhitney_less_p, ["DOUBLE[]", "DOUBLE[]"], "DOUBLE"),
+    ("sl_normal_sf", normal_sf, ["DOUBLE"], "DOUBLE"),
 )
 FUNCTION_NAMES = tuple(name for name, *_ in FUNCTIONS)
 

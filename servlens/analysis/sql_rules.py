@@ -126,14 +126,18 @@ def _series(names: list[str], rows: list[tuple], key: str, rule) -> list[dict]:
             entry["x"].append(row[xi])
             entry["y"].append(_rounded(row[yi]))
         return list(out.values())
+    # One series per column; a column with no value at all (a gauge the scope lacks) draws nothing, so it is left out.
     return [{"name": name, "x": [row[xi] for row in rows], "y": [_rounded(row[i]) for row in rows]}
-            for i, name in enumerate(names) if i != xi]
+            for i, name in enumerate(names) if i != xi and any(row[i] is not None for row in rows)]
 
 
 def _chart(con, rule, spec: EvidenceSpec, params: dict) -> dict:
     s = spec.spec
     names, rows = _rows(run_sql(con, rule, "evidence.chart.sql", s["sql"], params))
-    chart = {"type": s["type"], "title": s["title"], "x_label": s["x_label"], "y_label": s["y_label"],
+    # Titles and labels may name the metrics ({_latency_short} per request ...), like the summary's sentences.
+    values = {**params, **_dicts(con.execute("SELECT * FROM rule_metrics"))[0]}
+    title, x_label, y_label = (fill_template(s[k], values) for k in ("title", "x_label", "y_label"))
+    chart = {"type": s["type"], "title": title, "x_label": x_label, "y_label": y_label,
              "x_time": s.get("x_time", False), "x_log": s.get("x_log", False), "y_log": s.get("y_log", False),
              "series": _series(names, rows, "evidence.chart.sql", rule), "hlines": [], "vspans": []}
     if s.get("y_logit"):

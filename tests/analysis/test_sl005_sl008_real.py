@@ -210,23 +210,28 @@ def test_sl008_mixed_sample_log_fires():
 
 
 def test_sl008_rank_test_matches_scipy_with_ties():
+    """The rule's own SQL (rank sums with mid-ranks, tie-corrected normal approximation) against scipy."""
     from scipy.stats import mannwhitneyu
 
-    from servlens.analysis.detectors.head_of_line import _rank_test
+    from servlens.analysis.rule_sql import prepare
+    from servlens.analysis.sql_functions import register
 
+    rule = next(r for r in load_rules() if r.id == "SL008")
+    params = {name: param.default for name, param in rule.params.items()}
     exposed = [0.35, 0.2, 0.2, 0.05, 0.9, 0.012]
     clear = [0.01, 0.012, 0.012, 0.2, 0.03, 0.011, 0.05, 0.02, 0.015, 0.3]
     con = open_store(None)
     try:
+        register(con)
         values = ", ".join([f"(TRUE, {v})" for v in exposed] + [f"(FALSE, {v})" for v in clear])
-        con.execute(f"CREATE TEMP VIEW sl008_short AS SELECT * FROM (VALUES {values}) AS t(exposed, ttft_s)")
-
-        class Ctx:
-            def one(self, sql):
-                cursor = con.execute(sql)
-                return dict(zip([d[0] for d in cursor.description], cursor.fetchone()))
-
+        # The views the detector reads, holding just the short requests' TTFTs (one band, nothing long).
+        con.execute(f"""CREATE TEMP VIEW hol_short AS SELECT exposed, ttft_s, 4 AS band, 0.0 AS queue_s
+                        FROM (VALUES {values}) AS t(exposed, ttft_s)""")
+        con.execute("CREATE TEMP VIEW hol_ok AS SELECT ttft_s FROM hol_short")
+        con.execute("CREATE TEMP VIEW hol_cut AS SELECT 20.0 AS p50, 80.0 AS long_min")
+        con.execute("CREATE TEMP VIEW hol_long AS SELECT 1 AS lid WHERE FALSE")
+        p_value = con.execute(f"SELECT p_value FROM ({prepare(rule.sql, params)})").fetchone()[0]
         expected = mannwhitneyu(exposed, clear, alternative="greater", method="asymptotic", use_continuity=True).pvalue
-        assert _rank_test(Ctx(), len(exposed), len(clear)) == pytest.approx(expected, rel=1e-9)
+        assert p_value == pytest.approx(expected, rel=1e-9)
     finally:
         con.close()

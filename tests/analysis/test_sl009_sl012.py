@@ -200,7 +200,7 @@ def test_vllm_poisson_limit_is_read_from_the_error_message(vllm_cpu):
     m = f["evidence"]["metrics"]
     assert f["state"] == "fired"
     assert m["context_errors"] == 4 and m["context_limit"] == 2048 and m["overflow_prompt_tokens_min"] == 2049
-    assert "slots" not in m  # vLLM's max-model-len is not split between sequences
+    assert m.get("slots") is None  # vLLM's max-model-len is not split between sequences
 
 
 def test_parallel_4_with_ctx_2048_rejects_and_cuts_at_512_per_slot(limits):
@@ -266,9 +266,19 @@ def test_gateway_day_sample_has_its_120_s_timeouts_found_per_deployment():
 def test_context_error_messages_of_each_engine_name_the_limit_and_the_prompt(message, limit, prompt):
     import duckdb
 
-    from servlens.analysis.detectors.context_overflow import CONTEXT_ERROR, LIMIT_FROM_MESSAGE, PROMPT_FROM_MESSAGE
+    from servlens.analysis.rule_sql import prepare
+    from servlens.analysis.rules import load_rules
 
+    rule = next(r for r in load_rules() if r.id == "SL012")
+    params = {name: param.default for name, param in rule.params.items()}
     con = duckdb.connect()
-    row = con.execute(f"""SELECT coalesce({CONTEXT_ERROR}, false), {LIMIT_FROM_MESSAGE}, {PROMPT_FROM_MESSAGE}
-                          FROM (SELECT ? AS error_message, CAST(NULL AS VARCHAR) AS error_type)""", [message]).fetchone()
+    # The rule's own view of the requests, over one request that carries only the message.
+    con.execute("""CREATE TEMP TABLE scope_requests AS
+                   SELECT 'r1' AS request_id, 1 AS source_id, 1 AS source_line, TIMESTAMP '2026-11-28 10:00:00' AS t_at,
+                          CAST(NULL AS VARCHAR) AS provider, 'error' AS status, CAST(NULL AS VARCHAR) AS finish_reason,
+                          CAST(NULL AS VARCHAR) AS error_type, ? AS error_message, CAST(NULL AS BIGINT) AS prompt_tokens,
+                          CAST(NULL AS BIGINT) AS completion_tokens, CAST(NULL AS BIGINT) AS max_tokens,
+                          CAST(NULL AS JSON) AS attrs, CAST(NULL AS BIGINT) AS context_window""", [message])
+    view = prepare(rule.contract.views["ctx_requests"], params)
+    row = con.execute(f"SELECT is_ctx_error, named_limit, prompt_n FROM ({view})").fetchone()
     assert row == (limit is not None, limit, prompt)
