@@ -46,7 +46,7 @@ from typing import Any
 
 from servlens.analysis.rules import STATES, Rule, load_rules, validate_params
 from servlens.errors import ConfigError, ServlensError
-from servlens.store.schema import REQUEST_COLUMNS, open_store
+from servlens.store.schema import FINISH_REASONS, REQUEST_COLUMNS, open_store
 
 _CASE_KEYS = ("name", "description", "params", "logs", "metrics_files", "expect", "requests", "metrics")
 _EXPECT_KEYS = ("scope", "state", "severity", "metrics", "summary_contains", "summary_lacks", "remediation_contains",
@@ -185,9 +185,30 @@ def build_store(case: Case):
                      [str(base / p) for p in spec.get("metrics_files", [])], run=f"case-{case.name}")
     if spec.get("requests"):
         _insert(con, "requests", tuple(REQUEST_COLUMNS), spec["requests"], f"{case.path}: {case.name}.requests")
+        _check_canonical(con, f"{case.path}: {case.name}.requests")
     if spec.get("metrics"):
         _insert(con, "metric_samples", METRIC_COLUMNS, spec["metrics"], f"{case.path}: {case.name}.metrics")
     return con
+
+
+# Values ingest can write (servlens/ingest/compiler.py): a case row outside them tests a state real data never has.
+_CANONICAL_CHECKS = (
+    ("status", "status NOT IN ('ok', 'error')", "ok or error"),
+    ("finish_reason", f"finish_reason NOT IN ({', '.join(repr(f) for f in FINISH_REASONS)})",
+     ", ".join(FINISH_REASONS)),
+    ("http_status", "http_status NOT BETWEEN 100 AND 599", "an HTTP status from 100 to 599"),
+) + tuple((c, f"{c} < 0", "a count of at least 0") for c in
+          ("prompt_tokens", "cached_tokens", "completion_tokens", "reasoning_tokens", "max_tokens", "context_window")
+          ) + tuple((c, f"{c} < 0", "seconds, at least 0") for c in
+                    ("queue_s", "prefill_s", "ttft_s", "first_content_s", "tpot_s", "decode_s", "e2e_s"))
+
+
+def _check_canonical(con, where: str) -> None:
+    for column, bad, allowed in _CANONICAL_CHECKS:
+        found = con.execute(f"SELECT any_value({column}), count(*) FROM requests WHERE {bad}").fetchone()
+        if found[1]:
+            raise ConfigError(f"{where}: {found[1]} row(s) have {column} = {found[0]!r}, which ingest never writes",
+                              f"Use {allowed}")
 
 
 def _close(actual: Any, expected: Any, rel_tol: float) -> bool:
@@ -255,17 +276,22 @@ def _scope_text(finding: dict) -> str:
 
 
 def run_case(rule: Rule, case: Case) -> CaseResult:
-    from servlens.analysis.runner import evaluate, list_runs, list_scopes
+    """The case's inputs through exactly the path analyze takes (runner.run_rules), checked against its
+    expectations. A broken rule or case (bad SQL, a malformed file, non-canonical rows) raises ConfigError: that is
+    exit 2 for `rules test`, not a failed case. Input the ingest path refuses is a failed case."""
+    from servlens.analysis.runner import list_runs, run_rules
 
+    params = validate_params(rule, case.data.get("params", {}), f"{case.path}: {case.name}.params")
     try:
         con = build_store(case)
-        try:
-            params = validate_params(rule, case.data.get("params", {}), f"{case.path}: {case.name}.params")
-            findings = [evaluate(con, rule, scope, params) for scope in list_scopes(con, list_runs(con))]
-        finally:
-            con.close()
+    except ConfigError:
+        raise
     except ServlensError as exc:
         return CaseResult(case, False, f"error: {exc}")
+    try:
+        findings = run_rules(con, [rule], list_runs(con), {rule.id: params})
+    finally:
+        con.close()
     problems = check(case, findings)
     return CaseResult(case, not problems, "; ".join(problems) if problems else "ok")
 

@@ -38,7 +38,7 @@ from servlens.analysis.detectors._common import chart, rounded
 from servlens.analysis.failures import FAILED, answered
 from servlens.analysis.runner import sql_literal
 from servlens.analysis.windows import iso, window_width
-from servlens.analysis.workload import _band_sql, band_label
+from servlens.analysis.vocabulary import band_label, length_band
 from servlens.errors import ConfigError
 
 OBJECTIVE = {"ttft": 0.99, "tpot": 0.99, "both": 0.90}
@@ -151,7 +151,7 @@ def _prepare(con: duckdb.DuckDBPyConnection, runs: list[str], targets: dict | No
                     WHEN NOT ttft_ok AND (queue_s IS NOT NULL OR prefill_s IS NOT NULL) THEN 'long_prefill'
                     WHEN NOT ttft_ok THEN 'slow_first_token'
                     WHEN NOT tpot_ok THEN 'slow_decode' END AS miss_cause,
-               CASE WHEN prompt_tokens IS NOT NULL THEN {_band_sql('prompt_tokens')} END AS prompt_band
+               {length_band('prompt_tokens')} AS prompt_band
         FROM judged""")
 
 
@@ -264,7 +264,7 @@ def _per_cohort(con: duckdb.DuckDBPyConnection) -> list[dict]:
                                                                  (run, model, deployment, prompt_band))
                          ORDER BY run, model NULLS LAST, deployment NULLS LAST, total DESC, prompt_band NULLS LAST""")
     return [{"run": r["run"], "model": r["model"], "deployment": r["deployment"],
-             "prompt_band": None if r["total"] else band_label(r["prompt_band"]) if r["prompt_band"] else "unknown",
+             "prompt_band": None if r["total"] else band_label(r["prompt_band"], "prompt"),
              "requests": r["requests"], "judged": r["judged"], "met": r["met"],
              "share": rounded(r["met"] / r["judged"]) if r["judged"] else None} for r in rows
             if r["total"] or r["judged"]]

@@ -120,13 +120,14 @@ def _bad(path: Path, key: str, problem: str, allowed: str) -> ConfigError:
     return ConfigError(f"{path}: {key} {problem}", f"Allowed: {allowed}")
 
 
-def _table(data: dict, key: str, path: Path, allowed: tuple[str, ...]) -> dict:
+def _table(data: dict, key: str, path: Path, allowed: tuple[str, ...], where: str | None = None) -> dict:
+    where = where or key
     value = data.get(key, {})
     if not isinstance(value, dict):
-        raise _bad(path, key, "must be a table", ", ".join(allowed))
+        raise _bad(path, where, "must be a table", ", ".join(allowed))
     for sub in value:
         if sub not in allowed:
-            raise _bad(path, f"{key}.{sub}", "is not a known key", ", ".join(allowed))
+            raise _bad(path, f"{where}.{sub}", "is not a known key", ", ".join(allowed))
     return value
 
 
@@ -170,7 +171,7 @@ def _parse_evidence(data: dict, path: Path) -> dict[str, EvidenceSpec]:
     raw = _table(data, "evidence", path, tuple(EVIDENCE_KEYS))
     out = {}
     for kind, spec in raw.items():
-        spec = _table(raw, kind, path, EVIDENCE_KEYS[kind])
+        spec = _table(raw, kind, path, EVIDENCE_KEYS[kind], f"evidence.{kind}")
         where = f"evidence.{kind}"
         if kind == "examples":
             _text(spec, "where", f"{where}.where", path, "a SQL predicate over scope_requests columns")

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from servlens.analysis.rule_contract import Contract, check_params, parse_contract
+from servlens.analysis.rule_params import Param
 from servlens.errors import ConfigError
 from servlens.store import metric_roles
 from servlens.store.schema import REQUEST_COLUMNS
@@ -103,99 +104,6 @@ ROLE_PREFIX = "role:"
 
 
 @dataclass(frozen=True)
-class Param:
-    name: str
-    default: Any
-    reason: str
-    min: float | None = None
-    max: float | None = None
-    choices: tuple = ()
-
-    @property
-    def kind(self) -> str:
-        """bool | int | float | str | list, from the default's type."""
-        value = self.default
-        if isinstance(value, bool):
-            return "bool"
-        if isinstance(value, int):
-            return "int"
-        if isinstance(value, float):
-            return "float"
-        if isinstance(value, list):
-            return "list"
-        return "str"
-
-    def allowed(self) -> str:
-        """What values this parameter accepts, as words for an error message."""
-        kind = self.kind
-        if kind == "bool":
-            return "true or false"
-        if kind == "list":
-            return "a comma-separated list"
-        if kind == "str":
-            return "one of " + ", ".join(map(str, self.choices)) if self.choices else "text"
-        noun = "an integer" if kind == "int" else "a number"
-        if self.min is not None and self.max is not None:
-            return f"{noun} from {_fmt(self.min)} to {_fmt(self.max)}"
-        if self.min is not None:
-            return f"{noun} of at least {_fmt(self.min)}"
-        if self.max is not None:
-            return f"{noun} of at most {_fmt(self.max)}"
-        return noun
-
-    def coerce(self, value: Any) -> Any:
-        """`value` (from TOML or a --set string) as this parameter's type; ValueError when not allowed."""
-        kind = self.kind
-        if kind == "bool":
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in ("true", "1", "yes", "on"):
-                return True
-            if text in ("false", "0", "no", "off"):
-                return False
-            raise ValueError
-        if kind == "list":
-            if isinstance(value, list):
-                return [str(v) for v in value]
-            return [part.strip() for part in str(value).split(",") if part.strip()]
-        if kind in ("int", "float"):
-            if isinstance(value, bool):
-                raise ValueError
-            if isinstance(value, str):
-                value = float(value.strip()) if kind == "float" else _parse_int(value)
-            if kind == "int":
-                if isinstance(value, float):
-                    if not value.is_integer():
-                        raise ValueError
-                    value = int(value)
-            else:
-                value = float(value)
-            if value != value:  # NaN
-                raise ValueError
-            if self.min is not None and value < self.min:
-                raise ValueError
-            if self.max is not None and value > self.max:
-                raise ValueError
-            return value
-        value = str(value)
-        if self.choices and value not in self.choices:
-            raise ValueError
-        return value
-
-
-def _parse_int(text: str) -> int:
-    number = float(text.strip())
-    if not number.is_integer():
-        raise ValueError
-    return int(number)
-
-
-def _fmt(number: float) -> str:
-    return f"{number:g}"
-
-
-@dataclass(frozen=True)
 class Requirement:
     """One evidence path: the columns and metrics it needs, all of them."""
 
@@ -242,6 +150,7 @@ class Rule:
     contract: Contract | None = None
     aliases: tuple[str, ...] = ()
     why_python: str | None = None
+    uses: dict | None = None          # a Python detector's USES, once check_uses has read it
 
     @property
     def detector(self) -> str:
@@ -270,6 +179,36 @@ class Rule:
                 f"{self.path}: detector.python '{self.python}' cannot be imported ({exc})",
                 "Name an importable module:function",
             ) from exc
+
+    def check_uses(self) -> None:
+        """A Python detector's `USES = {"params": [...], "requires": [...]}` against the TOML, both ways: a
+        parameter or requirement id the code uses and the file lacks (renamed, deleted), or a parameter the file
+        declares and nothing reads, is an error naming the file and the key."""
+        detect = self.resolve_python()
+        module = importlib.import_module(detect.__module__)
+        uses = getattr(module, "USES", None)
+        if not (isinstance(uses, dict) and set(uses) == {"params", "requires"}
+                and all(isinstance(uses[k], (list, tuple)) for k in uses)):
+            raise ConfigError(f"{module.__file__}: the detector of {self.id} declares no USES",
+                              'Add USES = {"params": [...], "requires": [...]} naming what it reads')
+        for name in uses["params"]:
+            if name not in self.params:
+                raise ConfigError(f"{self.path}: params.{name} is missing, and {self.python} uses it (USES)"
+                                  f"{_suggest(name, self.params)}",
+                                  f"Declare [params.{name}], or stop using it in {module.__name__}")
+        templates = self.remediation + self.rollback
+        for name in self.params:
+            if name not in uses["params"] and "{" + name not in templates:
+                raise ConfigError(f"{self.path}: params.{name} is declared but {self.python} does not use it "
+                                  "(USES) and no template reads it",
+                                  f"Remove [params.{name}], or add it to USES in {module.__name__}")
+        ids = [req.id for req in self.requires]
+        for requirement_id in uses["requires"]:
+            if requirement_id not in ids:
+                raise ConfigError(f"{self.path}: no [[requires]] entry has id '{requirement_id}', and {self.python} "
+                                  f"refers to it (USES){_suggest(requirement_id, ids)}",
+                                  "Requirement ids: " + ", ".join(ids))
+        self.uses = {"params": tuple(uses["params"]), "requires": tuple(uses["requires"])}
 
     def default_params(self) -> dict[str, Any]:
         return {name: param.default for name, param in self.params.items()}
@@ -466,6 +405,8 @@ def load_rule_file(path: Path) -> Rule:
     except OSError as exc:
         raise ConfigError(f"Cannot read the rule file {path}: {exc.strerror}", "Check the path") from exc
     rule = parse_rule(data, path)
+    if rule.python:
+        rule.check_uses()
     stem_prefix = f"{rule.id}-"
     if not path.name.startswith(stem_prefix):
         raise ConfigError(f"{path}: the file name must start with the rule id '{rule.id}-'",
@@ -542,6 +483,19 @@ def select_rules(rules: list[Rule], select: list[str] | None, ignore: list[str] 
     return [r for r in chosen if not any(matches(r.id, t) for t in ignore or [])]
 
 
+def runnable(rules: list[Rule], select: list[str] | None, preview: bool) -> list[Rule]:
+    """The selected rules that run: preview rules only with --preview (or SERVLENS_PREVIEW=1); naming one by its
+    id in --select without it is an error, so it is never silently skipped."""
+    if preview:
+        return list(rules)
+    named = {resolve_id(rules, token) for token in select or []}
+    for rule in rules:
+        if rule.status == "preview" and rule.id in named:
+            raise ConfigError(f"{rule.id} is a preview rule and runs only with --preview",
+                              "Add --preview (or set SERVLENS_PREVIEW=1)")
+    return [rule for rule in rules if rule.status != "preview"]
+
+
 def parse_overrides(settings: list[str], rules: list[Rule]) -> dict[str, dict[str, Any]]:
     """--set RULE.param=value strings as {rule_id: {param: typed value}}; anything wrong is one ConfigError sentence."""
     by_id = {rule.id: rule for rule in rules}
@@ -586,7 +540,8 @@ def validate_params(rule: Rule, values: dict[str, Any], where: str) -> dict[str,
 
 __all__ = [
     "DOC_HEADINGS", "SEVERITIES", "STATES", "STATUSES", "Param", "Requirement", "Rule", "builtin_rules_dir",
-    "doc_sections", "load_rule_file", "load_rules", "parse_overrides", "parse_rule", "resolve_id", "select_rules",
+    "doc_sections", "load_rule_file", "load_rules", "parse_overrides", "parse_rule", "resolve_id", "runnable",
+    "select_rules",
     "validate_params",
 ]
 

@@ -63,6 +63,18 @@ def _eq(column: str, value: Any) -> str:
     return f"{column} IS NULL" if value is None else f"{column} = {sql_literal(value)}"
 
 
+class RuleParams(dict):
+    """A detector's parameters: reading one the rule does not declare is a rule error naming it, not a KeyError."""
+
+    def __init__(self, rule: Rule, values: dict[str, Any]):
+        super().__init__(values)
+        self._rule = rule
+
+    def __missing__(self, key):
+        raise ConfigError(f"{self._rule.path}: {self._rule.detector} reads parameter '{key}', which the rule does "
+                          "not declare", f"Declare [params.{key}] in the rule file")
+
+
 @dataclass
 class DetectorContext:
     """What a detector sees: the connection with the scope views, its parameters, and helpers."""
@@ -85,8 +97,12 @@ class DetectorContext:
         return all(name in self.metrics_present for name in names)
 
     def path_available(self, requirement_id: str) -> bool:
-        """Whether the evidence path with this `[[requires]]` id is present (an unknown id is a rule error)."""
+        """Whether the evidence path with this `[[requires]]` id is present (an id the rule lacks, or one its
+        detector's USES does not list, is a rule error: never a silent false)."""
         wanted = self.rule.requirement(requirement_id)
+        if self.rule.uses is not None and requirement_id not in self.rule.uses["requires"]:
+            raise ConfigError(f"{self.rule.python} asks for requirement '{requirement_id}', which its USES does not "
+                              "list", "Add it to USES[\"requires\"]")
         return any(req.id == wanted.id for req in self.available)
 
     def rows(self, sql: str, params: dict | list | None = None) -> list[dict]:
@@ -305,7 +321,7 @@ def evaluate(con: duckdb.DuckDBPyConnection, rule: Rule, scope: Scope, params: d
     if not available:
         return base | {"state": "not_evaluable", "summary": f"{rule.title}: cannot be judged from these sources.",
                        "reason": missing_reason(rule, columns, metrics)}
-    ctx = DetectorContext(con, rule, scope, params, columns, metrics, available, relative_clock,
+    ctx = DetectorContext(con, rule, scope, RuleParams(rule, params), columns, metrics, available, relative_clock,
                           set(source_formats or ()))
     if rule.python:
         result = rule.resolve_python()(ctx)
@@ -340,6 +356,27 @@ def evaluate(con: duckdb.DuckDBPyConnection, rule: Rule, scope: Scope, params: d
         finding["remediation"] = fill_template(result.get("remediation") or rule.remediation, values)
         finding["rollback"] = fill_template(result.get("rollback") or rule.rollback, values)
     return _clean(finding)
+
+
+def run_rules(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str], params: dict[str, dict],
+              relative_clock: bool | None = None, source_formats: set[str] | None = None) -> list[dict]:
+    """Every rule on every scope of `runs`: the findings, unsorted. The one path analyze and `rules test` take.
+
+    `params` maps rule id -> validated parameters; the clock and the source formats are read from the store when
+    not given."""
+    run_list = ", ".join(sql_literal(r) for r in runs) or "NULL"
+    if relative_clock is None:
+        relative_clock = bool(con.execute(
+            f"SELECT coalesce(bool_or(relative_clock), false) FROM runs WHERE run IN ({run_list})").fetchone()[0])
+    if source_formats is None:
+        source_formats = {row[0] for row in con.execute(
+            f"SELECT DISTINCT format FROM sources WHERE run IN ({run_list}) AND format IS NOT NULL").fetchall()}
+    findings = []
+    for scope in list_scopes(con, runs):
+        presence = prepare_scope(con, scope)
+        for rule in rules:
+            findings.append(evaluate(con, rule, scope, params[rule.id], relative_clock, source_formats, presence))
+    return findings
 
 
 def coverage(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict:
@@ -403,12 +440,8 @@ def analyze(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str] |
     cover = coverage(con, runs)
     relative = cover["time_span"]["relative_clock"]
     formats = {s["format"] for s in cover["sources"] if s["format"]}
-    findings = []
     params = {rule.id: validate_params(rule, (overrides or {}).get(rule.id, {}), "--set") for rule in rules}
-    for scope in list_scopes(con, runs):
-        presence = prepare_scope(con, scope)
-        for rule in rules:
-            findings.append(evaluate(con, rule, scope, params[rule.id], relative, formats, presence))
+    findings = run_rules(con, rules, runs, params, relative, formats)
     doc = {
         "kind": "analyze",
         "schema_version": SCHEMA_VERSION,

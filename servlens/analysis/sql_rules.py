@@ -157,8 +157,9 @@ def _windows(con, rule, spec: EvidenceSpec, params: dict) -> list[dict]:
     return [{k: (iso(v) if k in ("start", "end") else v) for k, v in row.items()} for row in found]
 
 
-def examples_sql(where: str, order_by: str, source: str, limit: int) -> tuple[str, str]:
-    """The examples query around the rule's predicate (prefix, suffix), ordered by `order_by` then line."""
+def examples_sql(order_by: str, source: str, limit: int) -> tuple[str, str]:
+    """The examples query that goes around the rule's predicate (prefix, suffix), ordered by `order_by`, then
+    line."""
     prefix = (f"SELECT r.request_id, s.path AS source, r.source_line AS line FROM (SELECT request_id, source_id, "
               f"source_line, row_number() OVER (ORDER BY {order_by}, source_line) AS k FROM {source} WHERE (")
     suffix = f"\n) ORDER BY k LIMIT {int(limit)}) r LEFT JOIN sources s ON s.source_id = r.source_id ORDER BY r.k"
@@ -168,7 +169,7 @@ def examples_sql(where: str, order_by: str, source: str, limit: int) -> tuple[st
 def _examples(con, rule, spec: EvidenceSpec, params: dict) -> list[dict]:
     s = spec.spec
     order_by = prepare(s.get("order_by") or "t_at", params)
-    prefix, suffix = examples_sql(s["where"], order_by, s.get("from", "scope_requests"), s.get("limit", 5))
+    prefix, suffix = examples_sql(order_by, s.get("from", "scope_requests"), s.get("limit", 5))
     return [{"request_id": row["request_id"], "source": row["source"], "line": row["line"]}
             for row in _dicts(run_sql(con, rule, "evidence.examples.where", s["where"], params, prefix, suffix))]
 

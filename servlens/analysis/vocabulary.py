@@ -59,14 +59,19 @@ def length_band(expr: str) -> str:
             f"ELSE CAST(floor(log2({expr})) AS INTEGER) END)")
 
 
+def band_range(band: int) -> str:
+    """A band's token range: '16–31', '1' (band 0), '0' (band -1)."""
+    if band == -1:
+        return "0"
+    lo, hi = 2 ** int(band), 2 ** (int(band) + 1) - 1
+    return f"{lo}–{hi}" if lo != hi else f"{lo}"
+
+
 def band_label(band: int | None, noun: str) -> str:
-    """A band's words: '16–31 prompt tokens', '0 output tokens', 'unknown prompt length'."""
+    """A band's words: '16–31 prompt tokens', '1 output token', '0 output tokens', 'unknown prompt length'."""
     if band is None:
         return f"unknown {noun} length"
-    if band == -1:
-        return f"0 {noun} tokens"
-    lo, hi = 2 ** int(band), 2 ** (int(band) + 1) - 1
-    return f"{lo}–{hi} {noun} tokens" if lo != hi else f"{lo} {noun} token"
+    return f"{band_range(band)} {noun} token" + ("" if band == 0 else "s")
 
 
 WAIT = wait_s()

@@ -22,7 +22,10 @@ from typing import Any
 import duckdb
 
 from servlens.analysis.detectors._common import chart, rounded, table
+from servlens.analysis.failures import failed
+from servlens.analysis.vocabulary import band_range, length_band, status_known
 from servlens.analysis.windows import PEAK_WINDOW_S, iso, window_width
+from servlens.store import metric_roles
 
 # Every percentile here is one of these: one quantile state per column for all three (DuckDB merges identical
 # aggregates), a third of the memory of three percentile_cont states. Quantile states hold every value and do not
@@ -43,11 +46,9 @@ WIDE_STEPS_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 MAX_MODELS = 8
 MAX_HISTOGRAM_MODELS = 4
 MAX_PREFIX_GROUPS = 10
-# Log2 length bands (upper bounds): the same bands compare uses, so the two read alike.
-BAND_EDGES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 BLOCKS_EXPR = "CAST(json_extract(attrs, '$.prefix_blocks') AS BIGINT[])"
-RUNNING_GAUGES = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs")
-WAITING_GAUGES = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs", "tgi_queue_size")
+RUNNING_GAUGES = metric_roles.names("running")
+WAITING_GAUGES = metric_roles.names("waiting")
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:
@@ -72,16 +73,6 @@ def bucket_width(span_s: float) -> float:
     return float(math.ceil(span_s / MAX_BUCKETS))
 
 
-def band_label(upper: int) -> str:
-    return f"≤{upper:,}" if upper < BAND_EDGES[-1] else f">{BAND_EDGES[-2]:,}"
-
-
-def _band_sql(column: str) -> str:
-    """The log2 band (upper edge) of a token count, as portable SQL: the smallest edge >= the count."""
-    cases = " ".join(f"WHEN {column} <= {edge} THEN {edge}" for edge in BAND_EDGES[:-1])
-    return f"CASE {cases} ELSE {BAND_EDGES[-1]} END"
-
-
 def workload_profile(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict:
     """The document's `workload` key: a one-line summary per run and the profile of each run."""
     profiles = {run: run_profile(con, run) for run in runs}
@@ -102,11 +93,12 @@ def run_profile(con: duckdb.DuckDBPyConnection, run: str) -> dict:
                                count(completion_tokens) AS with_output, count(ttft_s) AS with_ttft,
                                count(tpot_s) AS with_tpot, count(e2e_s) AS with_e2e, count(t_done) AS with_end,
                                count(prefix_key) AS with_prefix_key,
-                               count(CASE WHEN status = 'error' THEN 1 END) AS errors, count(status) AS with_status,
+                               count(*) FILTER (WHERE {failed}) AS errors,
+                               count(*) FILTER (WHERE {known}) AS with_status,
                                -- a status with no error field anywhere in the run (traces) says nothing about failures
                                count(http_status) + count(error_type) + count(finish_reason) + count(error_message)
                                  AS error_fields
-                        FROM workload_requests""")
+                        FROM workload_requests""".format(failed=failed(), known=status_known()))
     profile: dict[str, Any] = {"run": run, "requests": base["n"], "relative_clock": relative}
     if not base["n"]:
         profile["note"] = "no request logs in this run (metrics only): the workload is described by the engine gauges"
@@ -240,22 +232,22 @@ def _lengths(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
     shown = _model_filter(models[:MAX_HISTOGRAM_MODELS])
     hist = _rows(con, f"""
         SELECT kind, coalesce(model, '(no model)') AS model, band, count(*) AS n FROM (
-            SELECT 'prompt' AS kind, model, {_band_sql('prompt_tokens')} AS band FROM workload_requests
+            SELECT 'prompt' AS kind, model, {length_band('prompt_tokens')} AS band FROM workload_requests
             WHERE prompt_tokens IS NOT NULL AND {shown}
             UNION ALL
-            SELECT 'output', model, {_band_sql('completion_tokens')} FROM workload_requests
+            SELECT 'output', model, {length_band('completion_tokens')} FROM workload_requests
             WHERE completion_tokens IS NOT NULL AND {shown})
         GROUP BY 1, 2, 3 ORDER BY 1 DESC, 2, 3""")
     if hist:
         present = {row["band"] for row in hist}
         # Every band between the shortest and the longest, empty ones too, so the x axis is not distorted.
-        bands = [b for b in BAND_EDGES if min(present) <= b <= max(present)]
+        bands = list(range(min(present), max(present) + 1))
         series = []
         for kind, model in dict.fromkeys((row["kind"], row["model"]) for row in hist):
             counts = {row["band"]: row["n"] for row in hist if row["kind"] == kind and row["model"] == model}
             name = kind if model == "(no model)" and len({r["model"] for r in hist}) == 1 else f"{kind} ({model})"
-            series.append({"name": name, "x": [band_label(b) for b in bands], "y": [counts.get(b, 0) for b in bands]})
-        out["histogram"] = chart("bar", "Prompt and output length", "tokens (log2 band, upper edge)", "requests",
+            series.append({"name": name, "x": [band_range(b) for b in bands], "y": [counts.get(b, 0) for b in bands]})
+        out["histogram"] = chart("bar", "Prompt and output length", "tokens (log2 band)", "requests",
                                  series)
     return out
 

@@ -43,6 +43,8 @@ def _split(values: tuple[str, ...]) -> list[str]:
               help="A folder of your own rule files, added to the built-in ones; repeatable.")
 @click.option("--select", "select", multiple=True, help="Only these rules (ids or prefixes, comma-separated).")
 @click.option("--ignore", "ignore", multiple=True, help="Skip these rules (ids or prefixes, comma-separated).")
+@click.option("--preview", is_flag=True, envvar="SERVLENS_PREVIEW",
+              help="Also run the rules whose status is preview (or set SERVLENS_PREVIEW=1).")
 @click.option("--set", "settings", multiple=True, metavar="RULE.PARAM=VALUE",
               help="Override a rule parameter, e.g. --set SL004.min_queue_share=0.6; repeatable.")
 @click.option("--fail-on", "fail_on", type=click.Choice(FAIL_ON), default=None,
@@ -57,8 +59,8 @@ def _split(values: tuple[str, ...]) -> list[str]:
 @prometheus_options()
 @output_options
 @click.pass_context
-def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select, ignore, settings, fail_on, slo,
-            verbose, templates_dir, prometheus_url, prometheus_selector, prometheus_start, prometheus_end,
+def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select, ignore, preview, settings, fail_on,
+            slo, verbose, templates_dir, prometheus_url, prometheus_selector, prometheus_start, prometheus_end,
             output_format, out):
     """Find incidents in request logs and engine metrics: run the rules and report each finding with its evidence.
 
@@ -80,7 +82,7 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
         servlens analyze incident-1128/ --slo ttft=2s,tpot=100ms
     """
     from servlens.analysis.goodput import parse_slo
-    from servlens.analysis.rules import load_rules, parse_overrides, select_rules
+    from servlens.analysis.rules import load_rules, parse_overrides, runnable, select_rules
     from servlens.analysis.runner import analyze as run_analysis
     from servlens.analysis.runner import fails
 
@@ -92,7 +94,7 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
 
         chart_imports = import_in_background(*CHART_MODULES)  # 0.8 s, while DuckDB ingests and runs the rules
     rules = load_rules(list(rules_dirs))
-    selected = select_rules(rules, _split(select), _split(ignore))
+    selected = runnable(select_rules(rules, _split(select), _split(ignore)), _split(select), preview)
     if not selected:
         raise ConfigError("--select and --ignore leave no rule to run", "Known rules: " + ", ".join(r.id for r in rules))
     overrides = parse_overrides(list(settings), rules)

@@ -11,12 +11,13 @@ from servlens.errors import ConfigError
 
 @click.group("rules", context_settings={"max_content_width": 110})
 def rules():
-    """List the detection rules, explain one, or run their test cases.
+    """List the detection rules, explain one, check them, or run their test cases.
 
     \b
     Example:
         servlens rules list
         servlens rules explain SL003
+        servlens rules check my-rules/
         servlens rules test
         servlens rules test my-rules/
     """
@@ -74,6 +75,30 @@ def explain(rule_id, rules_dirs):
     click.echo("\n".join(lines))
 
 
+@rules.command("check")
+@click.argument("directory", required=False, type=click.Path(file_okay=False, exists=True))
+@click.pass_context
+def check(ctx, directory):
+    """Check every rule without data: load it, expand its macros, bind each SQL (detector, views, decide,
+    evidence) against empty scope views, and check the names its templates use.
+
+    DIRECTORY holds your own rules [default: the built-in rules]. Every problem is listed with the file, the key
+    and, for SQL, the line and column in the file. Exit code 0 when all are fine, 2 on any problem.
+
+    \b
+    Example:
+        servlens rules check
+        servlens rules check my-rules/
+    """
+    from servlens.analysis.rule_check import check_rules
+
+    checked, problems = check_rules(Path(directory) if directory else None)
+    for problem in problems:
+        click.echo(str(problem))
+    click.echo(f"{checked} rule files checked, {len(problems)} problem(s)")
+    ctx.exit(2 if problems else 0)
+
+
 @rules.command("test")
 @click.argument("directory", required=False, type=click.Path(file_okay=False, exists=True))
 @click.option("-v", "--verbose", is_flag=True, help="Print every case, not only failures.")
@@ -81,8 +106,9 @@ def explain(rule_id, rules_dirs):
 def test(ctx, directory, verbose):
     """Run the test cases beside each rule (RULE.cases.toml): must fire, must not fire, not evaluable.
 
-    DIRECTORY holds your own rules [default: the built-in rules]. Exit code 1 when a case fails, 2 when a rule or
-    case file is malformed.
+    DIRECTORY holds your own rules [default: the built-in rules]. Each case runs exactly as analyze runs the rule.
+    Exit code 1 when a case fails, 2 when a rule or case file is malformed or a rule's SQL fails (listed as ERROR;
+    the other cases still run).
 
     \b
     Example:
@@ -93,9 +119,14 @@ def test(ctx, directory, verbose):
 
     rules_dir = Path(directory) if directory else None
     pairs = collect(rules_dir)
-    failed = 0
+    failed = broken = 0
     for rule, case in pairs:
-        result = run_case(rule, case)
+        try:
+            result = run_case(rule, case)
+        except ConfigError as exc:
+            broken += 1
+            click.echo(f"ERROR {case.id}: {exc}")
+            continue
         if not result.passed:
             failed += 1
             click.echo(f"FAIL {case.id}: {result.message}")
@@ -103,5 +134,6 @@ def test(ctx, directory, verbose):
             click.echo(f"ok   {case.id}")
     for rule in rules_without_cases(rules_dir):
         click.echo(f"note {rule.id} has no cases file ({rule.path.stem}.cases.toml)")
-    click.echo(f"{len(pairs) - failed} passed, {failed} failed, {len(pairs)} cases")
-    ctx.exit(1 if failed else 0)
+    passed = len(pairs) - failed - broken
+    click.echo(f"{passed} passed, {failed} failed, {broken} errors, {len(pairs)} cases")
+    ctx.exit(2 if broken else 1 if failed else 0)

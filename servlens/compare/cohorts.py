@@ -12,6 +12,9 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
+from servlens.analysis.failures import failed
+from servlens.analysis.vocabulary import band_label as length_band_label
+from servlens.analysis.vocabulary import length_band, status_known, timeout
 from servlens.compare.policy import LATENCY_METRICS
 from servlens.compare.stats import (MAX_BATCHES, MIN_BATCHES, REQUESTS_PER_BATCH, Side, bin_sql,
                                     within_slopes)
@@ -24,22 +27,20 @@ _BAND_SQL = {
     "served_model": f"coalesce(served_model, '{NO_MODEL}')",
     "deployment": "coalesce(deployment, '(no deployment)')",
     "provider": "coalesce(provider, '(no provider)')",
-    # fixed log2 bands: band b holds [2^b, 2^(b+1)) tokens; 0 tokens is band -1
-    "prompt_band": (f"CASE WHEN prompt_tokens IS NULL THEN {UNKNOWN_BAND} WHEN prompt_tokens < 1 THEN -1 "
-                    "ELSE CAST(floor(log2(prompt_tokens)) AS INTEGER) END"),
-    "output_band": (f"CASE WHEN completion_tokens IS NULL THEN {UNKNOWN_BAND} WHEN completion_tokens < 1 THEN -1 "
-                    "ELSE CAST(floor(log2(completion_tokens)) AS INTEGER) END"),
+    # the log2 bands of servlens/analysis/vocabulary.py (workload and rules read the same); unknown is its own band
+    "prompt_band": f"coalesce({length_band('prompt_tokens')}, {UNKNOWN_BAND})",
+    "output_band": f"coalesce({length_band('completion_tokens')}, {UNKNOWN_BAND})",
 }
+# A request that got no answer (servlens/analysis/failures.py): excluded from latencies, counted by error_rate.
+SUCCEEDED = f"NOT {failed()}"
 
 # rate metric -> (denominator condition, event condition); NULL is unknown, so it is never in a denominator
 RATE_SQL = {
-    "error_rate": ("status IS NOT NULL", "status = 'error'"),
-    "length_rate": ("finish_reason IS NOT NULL AND finish_reason <> 'unknown' AND status IS DISTINCT FROM 'error'",
+    "error_rate": (status_known(), failed()),
+    "length_rate": (f"finish_reason IS NOT NULL AND finish_reason <> 'unknown' AND {SUCCEEDED}",
                     "finish_reason = 'length'"),
-    "timeout_rate": ("status IS NOT NULL",
-                     "finish_reason = 'timeout' OR coalesce(http_status IN (408, 504), false) "
-                     "OR coalesce(lower(error_type) LIKE '%timeout%', false)"),
-    "leakage_rate": ("content_has_reasoning_marker IS NOT NULL AND status IS DISTINCT FROM 'error'",
+    "timeout_rate": (status_known(), timeout()),
+    "leakage_rate": (f"content_has_reasoning_marker IS NOT NULL AND {SUCCEEDED}",
                      "content_has_reasoning_marker"),
 }
 
@@ -47,12 +48,7 @@ RATE_SQL = {
 def band_label(key: str, value) -> str:
     if key in ("prompt_band", "output_band"):
         noun = "prompt" if key == "prompt_band" else "output"
-        if value == UNKNOWN_BAND:
-            return f"unknown {noun} length"
-        if value == -1:
-            return f"0 {noun} tokens"
-        lo, hi = 2 ** int(value), 2 ** (int(value) + 1) - 1
-        return f"{lo}–{hi} {noun} tokens" if lo != hi else f"{lo} {noun} token"
+        return length_band_label(None if value == UNKNOWN_BAND else int(value), noun)
     return str(value)
 
 
@@ -159,7 +155,7 @@ def _batch_case(con, before: str, after: str, where: str, params: dict, join: st
 
 def _latency_where(column: str) -> str:
     return (f"run IN ($before, $after) AND {column} IS NOT NULL AND isfinite({column}) "
-            "AND status IS DISTINCT FROM 'error'")
+            f"AND {SUCCEEDED}")
 
 
 def fit_covariates(con, before: str, after: str, metric: str, covariates: tuple[str, ...]) -> CovariateFit:
@@ -269,7 +265,7 @@ def scatter_sample(con, before: str, after: str, metric: str, covariate: str, pe
     for s, run in ((0, before), (1, after)):
         rows = con.execute(f"""
             SELECT ln({covariate}), ln({column}) FROM requests
-            WHERE run = ? AND {column} > 0 AND isfinite({column}) AND status IS DISTINCT FROM 'error'
+            WHERE run = ? AND {column} > 0 AND isfinite({column}) AND {SUCCEEDED}
               AND {covariate} > 0
             ORDER BY hash(coalesce(request_id, '') || source_line::VARCHAR || ?::VARCHAR) LIMIT {int(per_side)}""",
                            [run, str(seed)]).fetchall()

@@ -174,7 +174,7 @@ def _token_notes(con, before: str, after: str, policy: Policy, notes: list[str])
         if key not in keys:
             continue
         rows = con.execute(f"""SELECT run, avg(CASE WHEN {column} IS NULL THEN 1.0 ELSE 0.0 END) FROM requests
-                               WHERE run IN (?, ?) AND status IS DISTINCT FROM 'error' GROUP BY run ORDER BY run""",
+                               WHERE run IN (?, ?) AND {co.SUCCEEDED} GROUP BY run ORDER BY run""",
                            [before, after]).fetchall()
         for run, share in rows:
             if share and share > 0.1:

@@ -33,7 +33,7 @@ def _statement(key: str, sql: str) -> str:
     if key.startswith("decide."):
         return f"SELECT ({sql}) AS decided FROM rule_metrics"
     if key == "evidence.examples.where":
-        prefix, suffix = examples_sql("", "t_at", "scope_requests", 5)
+        prefix, suffix = examples_sql("t_at", "scope_requests", 5)
         return prefix + sql + suffix
     if key == "evidence.examples.order_by":
         return f"SELECT request_id FROM scope_requests ORDER BY {sql}"

@@ -63,7 +63,8 @@ def analyze_document(args: list[str], workdir: Path) -> dict:
     from servlens.cli import cli
 
     out = workdir / "analyze.json"
-    result = CliRunner().invoke(cli, ["analyze", *args, "--format", "json", "--out", str(out)],
+    # --preview: the matrix is what judges a preview rule, so it runs every rule
+    result = CliRunner().invoke(cli, ["analyze", *args, "--preview", "--format", "json", "--out", str(out)],
                                 catch_exceptions=False)
     if result.exit_code not in (0, 1):
         raise RuntimeError(f"servlens analyze {' '.join(args)} exited {result.exit_code}: {result.output}")

@@ -25,6 +25,14 @@ from servlens.analysis.failures import CLASS_NAMES, ERROR_CLASS, FAILED, answere
 from servlens.analysis.runner import DetectorContext, sql_literal
 from servlens.analysis.windows import iso
 
+# What this detector reads of its rule file; the loader checks it against the TOML both ways.
+USES = {
+    "params": [
+        "min_failed", "min_share", "confidence", "critical_min_failed", "critical_share"
+    ],
+    "requires": [],
+}
+
 CLASS_LABELS = {
     "rate_limit": "rate limit", "connection": "connection/DNS", "timeout": "timeout",
     "context_validation": "context/validation", "auth": "auth", "client_abort": "client abort",

@@ -28,6 +28,15 @@ from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, ro
 from servlens.analysis.runner import DetectorContext, sql_literal
 from servlens.analysis.failures import failed as failed_as
 
+# What this detector reads of its rule file; the loader checks it against the TOML both ways.
+USES = {
+    "params": [
+        "min_mismatches", "min_same_domain", "dead_error_share", "min_dead_attempts", "min_fallbacks",
+        "max_excess_bad_share", "domain_window_s", "critical_share"
+    ],
+    "requires": [],
+}
+
 
 def failed(alias: str = "") -> str:
     """An attempt that produced no answer (vocabulary.FAILED). NULL-safe: `NOT failed(...)` on an answer without a

@@ -33,6 +33,15 @@ from servlens.analysis.runner import DetectorContext, sql_literal
 from servlens.analysis.failures import failed as failed_as
 from servlens.analysis.vocabulary import FAILED, TIMEOUT, WAIT
 
+# What this detector reads of its rule file; the loader checks it against the TOML both ways.
+USES = {
+    "params": [
+        "min_limit_s", "timeout_spread", "band", "min_cluster_requests", "min_failed_share",
+        "max_over_limit_share", "critical_share", "min_requests"
+    ],
+    "requires": [],
+}
+
 
 def num(value: float) -> str:
     """A float as a DOUBLE literal: a bare 120.01546740531921 is a DECIMAL in SQL and overflows when multiplied."""

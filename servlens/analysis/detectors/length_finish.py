@@ -19,6 +19,14 @@ from __future__ import annotations
 from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, ratio, rounded, table
 from servlens.analysis.runner import DetectorContext
 
+# What this detector reads of its rule file; the loader checks it against the TOML both ways.
+USES = {
+    "params": [
+        "max_length_share", "critical_share", "min_length_requests", "min_requests", "cap_inside_share"
+    ],
+    "requires": ["finish_reasons", "tokens_vs_max_tokens"],
+}
+
 CAPPED = ("(finish_reason = 'length' OR (completion_tokens IS NOT NULL AND max_tokens IS NOT NULL "
           "AND completion_tokens >= max_tokens))")
 # Requests that finished: failed ones (HTTP errors, aborts, timeouts) produced no answer to cut, and vLLM's

@@ -22,6 +22,15 @@ from __future__ import annotations
 from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, ratio, rounded, secs, table
 from servlens.analysis.runner import DetectorContext
 
+# What this detector reads of its rule file; the loader checks it against the TOML both ways.
+USES = {
+    "params": [
+        "min_shared_share", "min_repeat_requests", "max_hit_rate", "expected_hit_rate", "block_size",
+        "trace_block_tokens"
+    ],
+    "requires": [],
+}
+
 BLOCKS_EXPR = "CAST(json_extract(attrs, '$.prefix_blocks') AS BIGINT[])"
 
 

@@ -19,13 +19,24 @@ from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, ra
 from servlens.analysis.runner import DetectorContext
 from servlens.analysis.vocabulary import WAIT
 from servlens.analysis.windows import iso, merge_runs
+from servlens.store import metric_roles
+
+# What this detector reads of its rule file; the loader checks it against the TOML both ways.
+USES = {
+    "params": [
+        "min_requests", "min_window_requests", "spike_ratio", "min_excess_s", "min_queue_share",
+        "tail_quantile", "prompt_growth_limit", "critical_ratio", "critical_share",
+        "warmup_max_requests"
+    ],
+    "requires": ["llamacpp_deferred_gauge", "prefill_time", "queue_time", "vllm_histograms", "vllm_waiting_gauge"],
+}
 
 # The wait of one request (NULL when unknown: never read as no wait).
 WAIT_EXPR = WAIT
 # Gauges that count requests waiting for a slot, by engine; and corroborating capacity signals.
-WAITING_GAUGES = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs", "tgi_queue_size")
-RUNNING_GAUGES = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs")
-KV_GAUGES = ("vllm:kv_cache_usage_perc", "sglang:token_usage")
+WAITING_GAUGES = metric_roles.names("waiting")
+RUNNING_GAUGES = metric_roles.names("running")
+KV_GAUGES = metric_roles.names("kv_usage")
 PREEMPTION_COUNTERS = ("vllm:num_preemptions",)
 
 
