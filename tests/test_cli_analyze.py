@@ -217,7 +217,7 @@ def test_rules_list_explain_and_test(cli_runner):
     listing = invoke(cli_runner, ["rules", "list"]).output.splitlines()
     assert listing[0].split() == ["ID", "NAME", "SEVERITY", "STATUS", "NEEDS", "(any", "one", "of)"]
     # Columns are as wide as the longest name, which grows as rules are added: compare the fields.
-    assert listing[4].split()[:5] == ["SL004", "queue-driven-ttft-spike", "warning", "preview", "per-request"]
+    assert listing[4].split()[:5] == ["SL004", "queue-driven-ttft-spike", "warning", "stable", "per-request"]
     explain = invoke(cli_runner, ["rules", "explain", "sl003"]).output
     assert explain.startswith("# reasoning-content-leakage (SL003)\n")
     assert "## What it detects" in explain and "- max_leak_share = 0.002 (a number from 0 to 1): 0.2% was" in explain
