@@ -135,5 +135,6 @@ def test(ctx, directory, verbose):
     for rule in rules_without_cases(rules_dir):
         click.echo(f"note {rule.id} has no cases file ({rule.path.stem}.cases.toml)")
     passed = len(pairs) - failed - broken
-    click.echo(f"{passed} passed, {failed} failed, {broken} errors, {len(pairs)} cases")
+    errors = f"{broken} errors, " if broken else ""
+    click.echo(f"{passed} passed, {failed} failed, {errors}{len(pairs)} cases")
     ctx.exit(2 if broken else 1 if failed else 0)
