@@ -18,7 +18,7 @@ falls back to a default.
     aliases = ["SL104"]                   # optional: old ids that still select this rule and take its --set
 
     [detector]                            # exactly one of:
-    python = "servlens.analysis.detectors.queue_ttft:detect"      # a statistical detector (module:function)
+    python = "servlens.analysis.detectors.sl004_queue_driven_ttft_spike:detect"      # a statistical detector (module:function)
     sql = '''SELECT ... FROM scope_requests ...'''                # or SQL over the scope views, $param placeholders
     why_python = "..."                    # top level, required with detector.python: why SQL cannot carry it
 
@@ -306,7 +306,7 @@ def parse_rule(data: dict, path: Path) -> Rule:
         raise _bad(path, "detector", "must have exactly one of python or sql", "python = \"module:function\" or sql = '''...'''")
     python = detector.get("python")
     if python is not None and not (isinstance(python, str) and _PYTHON_RE.match(python)):
-        raise _bad(path, "detector.python", f"'{python}' is not module:function", "e.g. servlens.analysis.detectors.queue_ttft:detect")
+        raise _bad(path, "detector.python", f"'{python}' is not module:function", "e.g. servlens.analysis.detectors.sl004_queue_driven_ttft_spike:detect")
     sql = detector.get("sql")
     if sql is not None and not (isinstance(sql, str) and sql.strip()):
         raise _bad(path, "detector.sql", "must be a non-empty string", "a SELECT over scope_requests / scope_metrics")

@@ -29,8 +29,8 @@ typical TPOT of successful requests; the ones over the limit could never finish 
 from __future__ import annotations
 
 from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, rounded, secs, table
+from servlens.analysis.failures import failed
 from servlens.analysis.runner import DetectorContext, sql_literal
-from servlens.analysis.failures import failed as failed_as
 from servlens.analysis.vocabulary import FAILED, TIMEOUT, WAIT
 
 # What this detector reads of its rule file; the loader checks it against the TOML both ways.
@@ -41,6 +41,11 @@ USES = {
     ],
     "requires": [],
 }
+
+
+# The two words, evaluated once per request into sl011_requests under these column names (vocabulary.py): the
+# limit is found either from the failures that say they timed out or from failures that do not say why.
+WORDS = {"failed": FAILED, "timed_out": TIMEOUT}
 
 
 def num(value: float) -> str:
@@ -56,7 +61,7 @@ def detect(ctx: DetectorContext) -> dict:
     ctx.con.execute(f"""CREATE OR REPLACE TEMP TABLE sl011_requests AS
                         SELECT e2e_s, status, finish_reason, http_status, error_type, queue_s, ttft_s, prefill_s,
                                decode_s, tpot_s, completion_tokens, max_tokens, stream, trace_id, attempt,
-                               {FAILED} AS failed, {TIMEOUT} AS timed_out, {WAIT} AS wait_s
+                               {WORDS['failed']} AS failed, {WORDS['timed_out']} AS timed_out, {WAIT} AS wait_s
                         FROM scope_requests""")
     base = ctx.one(f"""SELECT count(*) AS n, count(*) FILTER (WHERE failed) AS failed,
                               count(*) FILTER (WHERE timed_out) AS timed_out,
@@ -114,7 +119,7 @@ def detect(ctx: DetectorContext) -> dict:
              f"{base['n']} requests lasted longer" if s["over_limit"] == 0 else
              f"{s['at_limit']} failed requests end within {pct(band)} below {secs(limit)} ({s['over_limit']} lasted "
              "longer)")
-    return _fired(ctx, metrics, evidence, limit, (FAILED, in_band), s["at_limit"],
+    return _fired(ctx, metrics, evidence, limit, ("failed", in_band), s["at_limit"],
                   [first, f"{pct(failed_share)} of the requests that reached it failed"])
 
 
@@ -166,16 +171,16 @@ def _from_timeouts(ctx: DetectorContext, metrics: dict, thresholds: dict) -> dic
     if s["ok_over_limit"]:
         parts.append(f"{s['ok_over_limit']} finished requests ran longer (up to {secs(s['ok_e2e_max'])}): a timeout "
                      "on each read lets a stream that keeps sending run past it")
-    return _fired(ctx, metrics, evidence, limit, (TIMEOUT, in_band), s["at_limit"], parts)
+    return _fired(ctx, metrics, evidence, limit, ("timed_out", in_band), s["at_limit"], parts)
 
 
 def _fired(ctx: DetectorContext, metrics: dict, evidence: dict, limit: float, at: tuple[str, str], n_at_limit: int,
            parts: list[str]) -> dict:
-    """The finding for a limit found either way (`at`: the word, FAILED or TIMEOUT, and the band): the time split,
+    """The finding for a limit found either way (`at`: the word, 'failed' or 'timed_out', and the band): the time split,
     who could never fit, who got an answer anyway."""
     p = ctx.params
     word, in_band = at
-    at_limit = f"{'timed_out' if word == TIMEOUT else 'failed'} AND {in_band}"
+    at_limit = f"{word} AND {in_band}"
     split = _time_split(ctx, at_limit, limit)
     metrics |= split
     fit = _never_fit(ctx, limit)
@@ -209,7 +214,7 @@ def _fired(ctx: DetectorContext, metrics: dict, evidence: dict, limit: float, at
     evidence["table"] = _per_cap(ctx, limit, at_limit)
     evidence["windows"] = []
     result = {"state": "fired", "summary": summary, "evidence": evidence,
-              "examples": ctx.examples(f"({word}) AND {in_band}", "e2e_s DESC")}
+              "examples": ctx.examples(f"({WORDS[word]}) AND {in_band}", "e2e_s DESC")}
     if share >= p["critical_share"]:
         result["severity"] = "critical"
     return result
@@ -224,7 +229,7 @@ def _answered_later(ctx: DetectorContext, at_limit: str) -> int | None:
         SELECT count(*) FILTER (WHERE t.trace_id IS NOT NULL AND t.attempt IS NOT NULL) AS traced,
                count(*) FILTER (WHERE EXISTS (
                    SELECT 1 FROM requests o WHERE o.run = {sql_literal(ctx.scope.run)} AND o.trace_id = t.trace_id
-                   AND o.attempt > t.attempt AND NOT {failed_as('o')})) AS answered
+                   AND o.attempt > t.attempt AND NOT {failed('o')})) AS answered
         FROM sl011_requests t WHERE {at_limit}""")
     return row["answered"] if row["traced"] else None
 

@@ -25,8 +25,9 @@ followed; the time a dead member adds then runs to the end of the attempt before
 from __future__ import annotations
 
 from servlens.analysis.detectors._common import chart, not_evaluable, pct, q, rounded, secs, table
+from servlens.analysis.failures import failed
 from servlens.analysis.runner import DetectorContext, sql_literal
-from servlens.analysis.failures import failed as failed_as
+from servlens.analysis.vocabulary import FAILED
 
 # What this detector reads of its rule file; the loader checks it against the TOML both ways.
 USES = {
@@ -38,16 +39,11 @@ USES = {
 }
 
 
-def failed(alias: str = "") -> str:
-    """An attempt that produced no answer (vocabulary.FAILED). NULL-safe: `NOT failed(...)` on an answer without a
-    finish_reason was NULL, which dropped streamed answers from "answered elsewhere"."""
-    return f"({failed_as(alias)})"
-
-
-FAILED = failed()
 # An answer cut by length before the max_tokens it asked for (or, unknown there, the first attempt asked for): a
 # cap of the deployment's own, smaller than the request's.
 CUT_BELOW_ASKED = ("(finish_reason = 'length' AND completion_tokens < coalesce(max_tokens, first_max_tokens))")
+# Whether an attempt failed or was cut by length can be told: SpendLogs rows often have no finish_reason (unknown,
+# not "stopped"), so an answer without one does not count as a good fallback.
 KNOWN_OUTCOME = f"({FAILED} OR finish_reason IS NOT NULL)"
 CONTEXT_ERROR = ("(lower(coalesce(error_type, '')) LIKE '%context%' OR lower(coalesce(error_message, '')) LIKE "
                  "'%context%' OR lower(coalesce(finish_reason_raw, '')) LIKE '%context%')")
@@ -125,14 +121,17 @@ def _in_scope(ctx: DetectorContext, alias: str = "") -> str:
     return f"({model} AND {dep})"
 
 
+# An attempt of the scope that is not itself a fallback (its own traffic), `d` being scope_requests.
+NOT_A_FALLBACK = ("NOT EXISTS (SELECT 1 FROM sl005_attempts f WHERE f.is_fallback AND "
+                  "f.request_id IS NOT DISTINCT FROM d.request_id AND f.source_id IS NOT DISTINCT FROM d.source_id "
+                  "AND f.source_line IS NOT DISTINCT FROM d.source_line)")
+
+
 def detect(ctx: DetectorContext) -> dict:
     p = ctx.params
     run = ctx.scope.run
     markers = _attempts(ctx, run)
     multi = ctx.one("SELECT count(DISTINCT trace_id) AS n FROM sl005_attempts WHERE tries > 1")["n"]
-    not_fallback = ("NOT EXISTS (SELECT 1 FROM sl005_attempts f WHERE f.is_fallback AND "
-                    "f.request_id IS NOT DISTINCT FROM d.request_id AND f.source_id IS NOT DISTINCT FROM d.source_id "
-                    "AND f.source_line IS NOT DISTINCT FROM d.source_line)")
     if not markers["marked"] and not multi:
         # No trace with a second attempt and no fallback_from: fine when nothing failed (fallbacks follow failures),
         # unknown when attempts failed, since some sources give each attempt its own trace.
@@ -145,10 +144,53 @@ def detect(ctx: DetectorContext) -> dict:
         return {"state": "clear", "summary": "No fallback contract problem: no attempt failed in this run, so nothing "
                                              "fell back.",
                 "evidence": {"metrics": {"failed_attempts_in_run": 0, "traces": markers["traces"]}}}
-    me = _in_scope(ctx)
-    window = float(p["domain_window_s"])
-    inbound = ctx.one(f"""
-        WITH fb AS (SELECT * FROM sl005_attempts WHERE {me} AND is_fallback),
+    inbound, direct, pool = _inbound(ctx), _direct(ctx), _pool(ctx)
+    failed_share = (pool["failed"] or 0) / pool["attempts"] if pool["attempts"] else None
+    dead = bool(pool["attempts"] and pool["attempts"] >= p["min_dead_attempts"] and failed_share >= p["dead_error_share"]
+                and pool["answered_elsewhere"])
+    # Over attempts whose outcome is known: SpendLogs rows often have no finish_reason (unknown, not "stopped").
+    fb_bad_share = (inbound["failed"] + inbound["length"]) / inbound["known"] if inbound["known"] else None
+    direct_bad_share = direct["bad"] / direct["n"] if direct["n"] else None
+    metrics = {
+        "fallbacks_in": inbound["fallbacks"], "fallback_origins": inbound["origins"],
+        "fallbacks_failed": inbound["failed"], "fallbacks_ended_by_length": inbound["length"],
+        "fallbacks_mismatched": inbound["mismatched"], "fallbacks_smaller_cap": inbound["smaller_cap"],
+        "fallbacks_cut_below_asked": inbound["cut_below_asked"], "fallback_cut_at_most_tokens": inbound["cut_at_most"],
+        "fallbacks_context_short": inbound["context_short"], "fallbacks_same_failure_domain": inbound["same_domain"],
+        "fallbacks_while_target_failing": inbound["target_failing_then"],
+        "fallback_bad_share": rounded(fb_bad_share), "direct_bad_share": rounded(direct_bad_share),
+        "attempts_here": pool["attempts"], "attempts_failed_share": rounded(failed_share),
+        "traces_answered_elsewhere": pool["answered_elsewhere"], "added_latency_p50_s": rounded(pool["added_p50_s"]),
+        "added_latency_max_s": rounded(pool["added_max_s"]),
+    }
+    thresholds = {k: p[k] for k in ("min_mismatches", "min_same_domain", "dead_error_share", "min_dead_attempts",
+                                    "min_fallbacks", "max_excess_bad_share", "domain_window_s", "critical_share")}
+    # Without the model's own requests (every request here is a fallback) the comparison is unknown, not 0%.
+    excess = (fb_bad_share - direct_bad_share) if fb_bad_share is not None and direct_bad_share is not None else None
+    worse_than_direct = bool(inbound["fallbacks"] >= p["min_fallbacks"] and excess is not None
+                             and excess > p["max_excess_bad_share"])
+    problems = _problems(ctx, inbound, pool, (fb_bad_share, direct_bad_share, failed_share), worse_than_direct, dead)
+    if problems:
+        return _fired(ctx, markers, inbound, problems, (worse_than_direct, dead), metrics, thresholds)
+    if inbound["fallbacks"]:
+        text = (f"{inbound['fallbacks']} fallback(s) from {inbound['origins']} landed here; "
+                f"{pct(fb_bad_share)} failed or ended by length against {pct(direct_bad_share)} of this model's own "
+                "requests (of those with a known outcome), with no smaller cap or context than asked")
+    elif pool["answered_elsewhere"]:
+        text = (f"{pool['answered_elsewhere']} request(s) fell back from here, but only {pct(failed_share)} of "
+                f"{pool['attempts']} attempts failed: not a dead endpoint")
+    else:
+        text = "no request fell back to or from this scope"
+    return {"state": "clear", "summary": f"No fallback contract problem: {text}.",
+            "evidence": {"metrics": metrics, "thresholds": thresholds}}
+
+
+def _inbound(ctx: DetectorContext) -> dict:
+    """As a fallback target: this scope's fallbacks, what they got against what was asked, and whether they failed
+    in the same failure domain as the attempt before them."""
+    window = float(ctx.params["domain_window_s"])
+    return ctx.one(f"""
+        WITH fb AS (SELECT * FROM sl005_attempts WHERE {_in_scope(ctx)} AND is_fallback),
              -- the target's own (non-fallback) attempts around each fallback: was it failing at the same time?
              -- Counted as running totals over one time-ordered pass (a probe at each fallback's window start
              -- sorts before the requests at that instant, one at its end after them), not by a range join,
@@ -156,7 +198,7 @@ def detect(ctx: DetectorContext) -> dict:
              probe AS (SELECT row_number() OVER () AS pid, request_id, trace_id, t_at FROM fb),
              d AS (SELECT t_at, CASE WHEN request_id IS NOT NULL THEN 1 ELSE 0 END AS dn,
                           CASE WHEN {failed('d')} THEN 1 ELSE 0 END AS df
-                   FROM scope_requests d WHERE t_at IS NOT NULL AND {not_fallback}),
+                   FROM scope_requests d WHERE t_at IS NOT NULL AND {NOT_A_FALLBACK}),
              events AS (SELECT t_at AS t, 1 AS ord, dn, df, CAST(NULL AS BIGINT) AS pid FROM d
                         UNION ALL SELECT t_at - {_interval(window)}, 0, 0, 0, pid FROM probe WHERE t_at IS NOT NULL
                         UNION ALL SELECT t_at + {_interval(window)}, 2, 0, 0, pid FROM probe WHERE t_at IS NOT NULL),
@@ -191,14 +233,21 @@ def detect(ctx: DetectorContext) -> dict:
                  AS target_failing_then,
                string_agg(DISTINCT origin_model, ', ') AS origins
         FROM fb LEFT JOIN around USING (request_id, trace_id)""")
-    direct = ctx.one(f"""
+
+
+def _direct(ctx: DetectorContext) -> dict:
+    """The scope's own requests (not fallbacks): how many have a known outcome, how many failed or were cut."""
+    return ctx.one(f"""
         SELECT count(CASE WHEN {KNOWN_OUTCOME} THEN 1 END) AS n,
                count(CASE WHEN {FAILED} OR finish_reason = 'length' THEN 1 END) AS bad
-        FROM scope_requests d WHERE {not_fallback}""")
-    # As a pool member: this scope's attempts, and whether their traces were answered elsewhere afterwards.
-    pool = ctx.one(f"""
+        FROM scope_requests d WHERE {NOT_A_FALLBACK}""")
+
+
+def _pool(ctx: DetectorContext) -> dict:
+    """As a pool member: this scope's attempts, and whether their traces were answered elsewhere afterwards."""
+    return ctx.one(f"""
         WITH mine AS (SELECT trace_id, arg_min(t_at, k) AS t_first_here, min(k) AS k_first_here
-                      FROM sl005_attempts WHERE {me} GROUP BY trace_id),
+                      FROM sl005_attempts WHERE {_in_scope(ctx)} GROUP BY trace_id),
              here AS (SELECT count(*) AS n, count(CASE WHEN {FAILED} THEN 1 END) AS failed FROM scope_requests),
              -- the first later attempt elsewhere that answered, from its start; a start before the end of the
              -- attempt it followed is the client request's (a streamed answer behind the proxy), and then the end
@@ -214,30 +263,13 @@ def detect(ctx: DetectorContext) -> dict:
         SELECT (SELECT n FROM here) AS attempts, (SELECT failed FROM here) AS failed,
                (SELECT count(*) FROM mine) AS traces, (SELECT count(*) FROM answered) AS answered_elsewhere,
                (SELECT {q('added_s', 0.5)} FROM added) AS added_p50_s, (SELECT max(added_s) FROM added) AS added_max_s""")
-    failed_share = (pool["failed"] or 0) / pool["attempts"] if pool["attempts"] else None
-    dead = bool(pool["attempts"] and pool["attempts"] >= p["min_dead_attempts"] and failed_share >= p["dead_error_share"]
-                and pool["answered_elsewhere"])
-    # Over attempts whose outcome is known: SpendLogs rows often have no finish_reason (unknown, not "stopped").
-    fb_bad_share = (inbound["failed"] + inbound["length"]) / inbound["known"] if inbound["known"] else None
-    direct_bad_share = direct["bad"] / direct["n"] if direct["n"] else None
-    metrics = {
-        "fallbacks_in": inbound["fallbacks"], "fallback_origins": inbound["origins"],
-        "fallbacks_failed": inbound["failed"], "fallbacks_ended_by_length": inbound["length"],
-        "fallbacks_mismatched": inbound["mismatched"], "fallbacks_smaller_cap": inbound["smaller_cap"],
-        "fallbacks_cut_below_asked": inbound["cut_below_asked"], "fallback_cut_at_most_tokens": inbound["cut_at_most"],
-        "fallbacks_context_short": inbound["context_short"], "fallbacks_same_failure_domain": inbound["same_domain"],
-        "fallbacks_while_target_failing": inbound["target_failing_then"],
-        "fallback_bad_share": rounded(fb_bad_share), "direct_bad_share": rounded(direct_bad_share),
-        "attempts_here": pool["attempts"], "attempts_failed_share": rounded(failed_share),
-        "traces_answered_elsewhere": pool["answered_elsewhere"], "added_latency_p50_s": rounded(pool["added_p50_s"]),
-        "added_latency_max_s": rounded(pool["added_max_s"]),
-    }
-    thresholds = {k: p[k] for k in ("min_mismatches", "min_same_domain", "dead_error_share", "min_dead_attempts",
-                                    "min_fallbacks", "max_excess_bad_share", "domain_window_s", "critical_share")}
-    # Without the model's own requests (every request here is a fallback) the comparison is unknown, not 0%.
-    excess = (fb_bad_share - direct_bad_share) if fb_bad_share is not None and direct_bad_share is not None else None
-    worse_than_direct = bool(inbound["fallbacks"] >= p["min_fallbacks"] and excess is not None
-                             and excess > p["max_excess_bad_share"])
+
+
+def _problems(ctx: DetectorContext, inbound: dict, pool: dict, shares: tuple, worse_than_direct: bool,
+              dead: bool) -> list[str]:
+    """The sentence of each problem found: mismatched contract (or worse than direct), same domain, dead member."""
+    p = ctx.params
+    fb_bad_share, direct_bad_share, failed_share = shares
     problems = []
     if inbound["mismatched"] >= p["min_mismatches"]:
         problems.append(f"{inbound['mismatched']} of {inbound['fallbacks']} fallback(s) from {inbound['origins']} "
@@ -253,29 +285,26 @@ def detect(ctx: DetectorContext) -> dict:
     if inbound["same_domain"] >= p["min_same_domain"]:
         problems.append(f"{inbound['same_domain']} fallback(s) failed like the attempt before them (same deployment "
                         f"or the same error type) or while this deployment was failing its own requests "
-                        f"({inbound['target_failing_then']} within {window:g} s): the same failure domain")
+                        f"({inbound['target_failing_then']} within {float(p['domain_window_s']):g} s): the same "
+                        "failure domain")
     if dead:
         problems.append(f"every client request that tried this deployment was answered elsewhere: {pct(failed_share)} "
                         f"of its {pool['attempts']} attempts failed, adding {secs(pool['added_p50_s'])} (p50, max "
                         f"{secs(pool['added_max_s'])}) before the fallback answered - a dead endpoint left in the pool")
-    if not problems:
-        if inbound["fallbacks"]:
-            text = (f"{inbound['fallbacks']} fallback(s) from {inbound['origins']} landed here; "
-                    f"{pct(fb_bad_share)} failed or ended by length against {pct(direct_bad_share)} of this model's own "
-                    "requests (of those with a known outcome), with no smaller cap or context than asked")
-        elif pool["answered_elsewhere"]:
-            text = (f"{pool['answered_elsewhere']} request(s) fell back from here, but only {pct(failed_share)} of "
-                    f"{pool['attempts']} attempts failed: not a dead endpoint")
-        else:
-            text = "no request fell back to or from this scope"
-        return {"state": "clear", "summary": f"No fallback contract problem: {text}.",
-                "evidence": {"metrics": metrics, "thresholds": thresholds}}
+    return problems
 
+
+def _fired(ctx: DetectorContext, markers: dict, inbound: dict, problems: list[str], kinds: tuple[bool, bool],
+           metrics: dict, thresholds: dict) -> dict:
+    """The fired finding: the fallback traces as table, chart and examples; severity and remediation by kind."""
+    p = ctx.params
+    worse_than_direct, dead = kinds
+    me = _in_scope(ctx)
+    fallback_traces = f"trace_id IN (SELECT trace_id FROM sl005_attempts WHERE {me} AND (is_fallback OR tries > 1))"
     rows = ctx.rows(f"""
         SELECT trace_id, k AS attempt, model, deployment, max_tokens, context_window, prompt_tokens, status,
                coalesce(error_type, finish_reason) AS outcome, t_at
-        FROM sl005_attempts
-        WHERE trace_id IN (SELECT trace_id FROM sl005_attempts WHERE {me} AND (is_fallback OR tries > 1))
+        FROM sl005_attempts WHERE {fallback_traces}
         ORDER BY first_t_at, trace_id, k LIMIT 30""")
     trace_table = table(["trace", "attempt", "model", "deployment", "max_tokens", "context window", "prompt tokens",
                          "status", "outcome", "arrival"],
@@ -284,16 +313,13 @@ def detect(ctx: DetectorContext) -> dict:
     per_trace = ctx.rows(f"""
         SELECT trace_id, min(t_at) AS t0, max(k) AS attempts,
                date_diff('microsecond', min(t_at), max(coalesce(t_end, t_at))) / 1e6 AS total_s
-        FROM sl005_attempts
-        WHERE trace_id IN (SELECT trace_id FROM sl005_attempts WHERE {me} AND (is_fallback OR tries > 1))
+        FROM sl005_attempts WHERE {fallback_traces}
         GROUP BY trace_id ORDER BY t0 LIMIT 300""")
     the_chart = chart("scatter", "Client requests that fell back: time from first attempt to the answer",
                       "time", "seconds (first attempt to last byte)",
                       [{"name": "fallback traces", "x": [r["t0"] for r in per_trace],
                         "y": [rounded(r["total_s"]) for r in per_trace]}], x_time=True)
     window = ctx.one(f"SELECT min(t_at) AS a, max(coalesce(t_end, t_at)) AS b FROM sl005_attempts WHERE {me}")
-    examples = ctx.examples(f"trace_id IN (SELECT trace_id FROM sl005_attempts WHERE {me} AND (is_fallback OR tries > 1))"
-                            f" AND ({FAILED} OR finish_reason = 'length')", "t_at")
     kind = ("dead endpoint in the fallback pool" if dead and len(problems) == 1
             else "fallback contract mismatch" if inbound["mismatched"] >= p["min_mismatches"] or worse_than_direct
             else "fallback into the same failure domain" if len(problems) == 1 else "fallback problems")
@@ -303,7 +329,7 @@ def detect(ctx: DetectorContext) -> dict:
         "summary": f"Fallback problem ({kind}): " + "; ".join(problems) + ".",
         "evidence": {"metrics": metrics, "thresholds": thresholds, "table": trace_table, "chart": the_chart,
                      "windows": [{"start": window["a"], "end": window["b"]}]},
-        "examples": examples,
+        "examples": ctx.examples(f"{fallback_traces} AND ({FAILED} OR finish_reason = 'length')", "t_at"),
     }
     # Severity follows the users hit: a fallback that cannot give what was asked is a broken answer for every
     # client request that lands on it.
