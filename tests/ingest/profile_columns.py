@@ -1,12 +1,12 @@
-"""Which canonical columns each built-in profile fills, computed by ingesting its test samples (not hand-written).
+"""Which canonical columns each built-in profile fills, computed by ingesting its test samples (not by hand).
 
     python -m tests.ingest.profile_columns            # print the table
     python -m tests.ingest.profile_columns --write    # rewrite the table in docs/profiles.md
     python -m tests.ingest.profile_columns --check    # exit 1 if docs/profiles.md's table is stale
 
-A cell is "●" when the profile reads the column from the sample, "○" when servlens derives it (stage 2, e.g. TPOT
-from e2e - TTFT), empty when it stays NULL on every row of the samples. test_profile_columns_table.py keeps the
-table in docs/profiles.md current and every built-in profile listed here.
+A cell is "●" when the profile reads the column from the sample, "○" when servlens derives it (stage 2, e.g.
+TPOT from e2e - TTFT), empty when it stays NULL on every row of the samples. test_profile_columns_table.py keeps
+the table in docs/profiles.md current and every built-in profile listed here.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ SAMPLES: dict[str, list[str]] = {
                          "tests/data/formats/otel/otel-openlit-recorded.jsonl",
                          "tests/data/formats/otel/otel-openllmetry-recorded.jsonl",
                          "tests/data/gateways/otel_litellm_recorded.jsonl"],
+    "portkey-gateway-log-stream": ["tests/data/formats/portkey/portkey-gateway-log-stream.sse"],
     "servlens-loadgen": ["tests/data/shared/real-engine/vllm-cpu/requests.jsonl"],
     "sglang-request-log": ["tests/data/formats/sglang/sglang-request-log.jsonl"],
     "sglang-request-metrics": ["tests/data/formats/sglang/sglang-request-metrics-20251201_08.log"],
@@ -75,13 +76,14 @@ SHOWN = [c for c in REQUEST_COLUMNS if c not in NOT_SHOWN]
 
 
 def filled_columns(name: str) -> tuple[int, set[str]]:
-    """(rows read, canonical columns non-NULL on at least one row) for a profile's samples ingested sniffed."""
+    """(rows read, canonical columns non-NULL on some row) for a profile's samples ingested sniffed."""
     con = open_store(None)
     report = ingest_inputs(con, [str(REPO / p) for p in SAMPLES[name]], run="t")
     formats = {s["format"] for s in report.to_dict()["sources"]}
     if formats != {name}:
         raise AssertionError(f"{name}'s samples sniff as {sorted(formats)}")
-    counts = con.execute(f"SELECT count(*), {', '.join(f'count({c})' for c in SHOWN)} FROM requests").fetchone()
+    non_null = ", ".join(f"count({c})" for c in SHOWN)
+    counts = con.execute(f"SELECT count(*), {non_null} FROM requests").fetchone()
     con.close()
     return counts[0], {c for c, n in zip(SHOWN, counts[1:]) if n}
 

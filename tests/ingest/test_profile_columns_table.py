@@ -1,4 +1,4 @@
-"""The formats x canonical-columns table in docs/profiles.md is computed from the real samples and kept current."""
+"""docs/profiles.md's formats x canonical-columns table: computed from the real samples, kept current."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ def test_generation_stats_native_counts_and_raw_latencies():
 
 
 def test_prometheus_api_answers_are_not_openrouter_generations():
-    # {"status": "success", "data": {...}}: a Prometheus HTTP API answer, once sniffed as a generation (1 row, exit 0)
+    # {"status": "success", "data": {...}}: a Prometheus HTTP API answer, once read as a generation (1 row, exit 0)
     api = FORMATS.parent.parent / "ingest" / "data" / "prometheus_api"
     for name in ("config.json", "targets.json", "range.json"):
         assert sniffed_name(api / name) != "openrouter-generation", name
