@@ -26,3 +26,10 @@ def test_generation_stats_native_counts_and_raw_latencies():
     # the published partial answer: only the normalised prompt count, no model, no time
     assert (partial["prompt_tokens"], partial["cached_tokens"], partial["provider"]) == (2, 0, "Anthropic")
     assert partial["t_arrival"] is None and partial["completion_tokens"] is None
+
+
+def test_prometheus_api_answers_are_not_openrouter_generations():
+    # {"status": "success", "data": {...}}: a Prometheus HTTP API answer, once read as a generation (1 row, exit 0)
+    api = FORMATS.parent.parent / "ingest" / "data" / "prometheus_api"
+    for name in ("config.json", "targets.json", "range.json"):
+        assert sniffed_name(api / name) != "openrouter-generation", name

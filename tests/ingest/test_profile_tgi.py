@@ -33,3 +33,27 @@ def test_durations_in_mixed_units_become_seconds():
     assert (real_error["status"], real_error["error_type"], real_error["http_status"]) == ("error", "validation", 422)
     assert real_error["t_end"] == datetime(2024, 10, 25, 22, 35, 49, 174225) and real_error["stream"] is True
     assert real_error["error_message"].startswith("`inputs` tokens + `max_new_tokens` must be <= 2048")
+
+
+TEXT_SAMPLE = FORMATS / "tgi" / "tgi-router-text.log"
+
+
+def test_default_text_log_success_lines_of_four_versions():
+    assert sniffed_name(TEXT_SAMPLE) == "tgi-router-text"
+    source, rows, _ = ingest_rows(TEXT_SAMPLE, order="source_line")
+    # 7 real lines: 5 Success events are rows, the two "Connected" lines are not requests (and not bad lines)
+    assert (source["rows"], source["bad_lines"]) == (5, 0)
+    assert [r["source_line"] for r in rows] == [1, 2, 4, 5, 7]
+    otel, _, _, v2, chat = rows
+    # TGI 1.0 with OpenTelemetry: parent span carries the trace id; old `max_new_tokens: 20` without Some(...)
+    assert otel["trace_id"] == "d6e2778955d17bf523e3dc568754ef3e" and otel["max_tokens"] == 20
+    assert otel["e2e_s"] == pytest.approx(0.986532642) and otel["queue_s"] == pytest.approx(188.125e-6)
+    assert otel["completion_tokens"] == 20 and otel["t_end"] == datetime(2023, 9, 6, 13, 47, 1, 731233)
+    assert otel["t_arrival"] == datetime(2023, 9, 6, 13, 47, 0, 744700)
+    # seconds-valued durations; 93 tokens generated of max 100; validation in ms kept in attrs
+    assert (v2["e2e_s"], v2["completion_tokens"], v2["max_tokens"]) == (pytest.approx(4.065504959), 93, 100)
+    assert v2["attrs"]["validation_s"] == pytest.approx(0.440038965) and v2["stream"] is False
+    # OpenAI route: no parameters field, stream unknown (not in the span), never a TTFT
+    assert (chat["endpoint"], chat["stream"], chat["max_tokens"], chat["completion_tokens"]) == (
+        "/v1/chat/completions", None, None, 20)
+    assert all(r["ttft_s"] is None and r["prompt_tokens"] is None for r in rows)
