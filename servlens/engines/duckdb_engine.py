@@ -1,0 +1,64 @@
+"""DuckDB: the default and the reference. The embedded store (`--db`), or a Parquet export read in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from servlens.engines.base import Engine
+from servlens.engines.schema import empty_relation_sql
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class DuckDBEngine(Engine):
+    name = "duckdb"
+
+    def __init__(self, url: str = "duckdb", con: duckdb.DuckDBPyConnection | None = None, **kwargs):
+        super().__init__(url, **kwargs)
+        self._own = con is None
+        if con is None:
+            from servlens.store.schema import store_config
+
+            con = duckdb.connect(":memory:", config=store_config(True))
+        self.con = con
+
+    @classmethod
+    def for_store(cls, path: str | Path) -> DuckDBEngine:
+        """The engine over a servlens store (opened read-only)."""
+        from servlens.store.schema import open_store
+
+        engine = cls("duckdb", open_store(path, read_only=True))
+        engine._own = True
+        return engine
+
+    def _bind_parquet(self, table: str, dirs: list[Path]) -> None:
+        if dirs:
+            files = ", ".join(_quote(str(d / "**" / "*.parquet")) for d in dirs)
+            # hive_partitioning off: run and day are columns of the files; the folders only prune (by run).
+            body = f"SELECT * FROM read_parquet([{files}], hive_partitioning = false, union_by_name = true)"
+        else:
+            body = empty_relation_sql(table)
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS {body}")
+        self.tables[table] = table
+
+    def _fetch(self, native_sql: str, limit: int) -> list[dict]:
+        cursor = self.con.execute(native_sql)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchmany(limit)]
+
+    def _columns_of_empty(self, table: str) -> list[str]:
+        return [row[0] for row in self.con.execute(f"DESCRIBE SELECT * FROM {table}").fetchall()]
+
+    def version(self) -> str:
+        return duckdb.__version__
+
+    def functions(self) -> set[str]:
+        return {row[0].lower() for row in self.con.execute("SELECT DISTINCT function_name FROM duckdb_functions()").fetchall()}
+
+    def close(self) -> None:
+        if self._own:
+            self.con.close()
