@@ -8,6 +8,7 @@ its own session (in-process, gone on close).
 
 from __future__ import annotations
 
+import logging
 import urllib.parse
 from pathlib import Path
 
@@ -75,6 +76,7 @@ class ClickHouseServerEngine(Engine):
             raise ConfigError("--engine clickhouse:// needs clickhouse-connect", "pip install 'servlens[engines]'") from None
         parts = urllib.parse.urlsplit(url)
         database = parts.path.strip("/") or "default"
+        logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)  # the refusal below is the one message
         try:
             self._client = clickhouse_connect.get_client(
                 host=parts.hostname or "127.0.0.1", port=parts.port or 8123, database=database,
@@ -108,5 +110,9 @@ class ClickHouseServerEngine(Engine):
 
 
 def _clickhouse_functions(fetch) -> set[str]:
-    rows = fetch("SELECT name, alias_to FROM system.functions", 100_000)
-    return {r["name"].lower() for r in rows} | {r["alias_to"].lower() for r in rows if r.get("alias_to")}
+    """system.functions, plus every aggregate with each combinator (countIf = count + If is listed nowhere)."""
+    rows = fetch("SELECT name, alias_to, is_aggregate FROM system.functions", 100_000)
+    names = {r["name"].lower() for r in rows} | {r["alias_to"].lower() for r in rows if r.get("alias_to")}
+    combinators = [r["name"].lower() for r in fetch("SELECT name FROM system.aggregate_function_combinators", 1000)]
+    aggregates = [r["name"].lower() for r in rows if r["is_aggregate"]]
+    return names | {a + c for a in aggregates for c in combinators}
