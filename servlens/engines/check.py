@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp, parse_one
 
 from servlens.engines.base import CANONICAL_TABLES, Engine
-from servlens.engines.functions import UnsupportedSQL, translate
+from servlens.engines.functions import UnsupportedSQL
 from servlens.engines.schema import canonical_columns
 
 # Printed like calls but syntax, not functions an engine lists.
