@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from servlens.engines.functions import DIALECTS, parse, translate
+from servlens.engines.schema import empty_relation_sql
 from servlens.errors import ConfigError
 
 # The canonical tables an engine binds (DESIGN.md "Engines": `--table` names requests; metric_samples sits beside it).
 CANONICAL_TABLES = ("requests", "metric_samples")
+# A canonical table the engine does not have: read as the empty table with the canonical columns.
+EMPTY = "(empty)"
 # A result bigger than this is a bug in the query (a detail table instead of an aggregate), not data to ship.
 MAX_RESULT_ROWS = 100_000
 
@@ -115,6 +118,9 @@ class Engine:
                 self._bind_parquet(table, dirs)
         else:
             self._bind_tables(source.table_names())
+            if self.tables["requests"] == EMPTY:
+                raise ConfigError(f"{self.name} has no table {source.location}",
+                                  "Pass --table with the canonical requests table (or a documented view over yours)")
 
     def runs(self) -> list[str]:
         """Every run in the bound tables (an export: from its folders, no data read)."""
@@ -135,11 +141,15 @@ class Engine:
             from sqlglot import exp
 
             ctes = {cte.alias for cte in tree.find_all(exp.CTE)}
-            for table in tree.find_all(exp.Table):
+            for table in list(tree.find_all(exp.Table)):
                 target = renames.get(table.name)
                 if target and not table.db and table.name not in ctes:
-                    replacement = exp.to_table(target, dialect=self.dialect)
-                    replacement.set("alias", table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name)))
+                    alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
+                    if target == EMPTY:
+                        replacement = exp.Subquery(this=parse(empty_relation_sql(table.name)), alias=alias)
+                    else:
+                        replacement = exp.to_table(target, dialect=self.dialect)
+                        replacement.set("alias", alias)
                     table.replace(replacement)
         return translate(tree, self.name)
 
@@ -177,7 +187,19 @@ class Engine:
         raise NotImplementedError
 
     def _bind_tables(self, names: dict[str, str]) -> None:
-        self.tables = dict(names)
+        """Name the engine's tables; one that does not exist (no metric_samples beside a Langfuse view) reads as
+        an empty table with the canonical columns, so rules that need it are not evaluable, not broken."""
+        self.tables = {}
+        for table, target in names.items():
+            try:
+                self._fetch(f"SELECT * FROM {target} LIMIT 0", 1)
+                self.tables[table] = target
+            except Exception:  # noqa: BLE001 (absent, or not readable: both mean no rows of it here)
+                self.tables[table] = EMPTY
+
+    def execute(self, native_sql: str) -> None:
+        """Run a statement in the engine's own dialect (set-up: a view over a vendor table). Not counted."""
+        self._fetch(native_sql, 0)
 
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
         raise NotImplementedError

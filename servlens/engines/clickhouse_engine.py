@@ -53,6 +53,9 @@ class ChDBEngine(Engine):
     def _columns_of_empty(self, table: str) -> list[str]:
         return [row["name"] for row in self._fetch(f"DESCRIBE TABLE {self.tables[table]}", 10_000)]
 
+    def execute(self, native_sql: str) -> None:
+        self._session.query(native_sql)
+
     def version(self) -> str:
         return str(self._fetch("SELECT version() AS v", 1)[0]["v"])
 
@@ -104,6 +107,9 @@ class ClickHouseServerEngine(Engine):
 
     def functions(self) -> set[str]:
         return _clickhouse_functions(self._fetch)
+
+    def execute(self, native_sql: str) -> None:
+        self._client.command(native_sql)
 
     def close(self) -> None:
         self._client.close()

@@ -50,6 +50,9 @@ class DuckDBEngine(Engine):
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor.fetchmany(limit)]
 
+    def execute(self, native_sql: str) -> None:
+        self.con.execute(native_sql)
+
     def _columns_of_empty(self, table: str) -> list[str]:
         return [row[0] for row in self.con.execute(f"DESCRIBE SELECT * FROM {table}").fetchall()]
 

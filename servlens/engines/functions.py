@@ -190,10 +190,14 @@ def _ch_epoch(node: exp.TimeToUnix):
 
 
 def _ch_cast(node: exp.Cast):
+    if node.to.this == exp.DataType.Type.MAP and isinstance(node.this, exp.Null):
+        return exp.Cast(this=exp.Anonymous(this="map"), to=node.to.copy())  # a Map cannot be NULL: an empty one
     if not _timestamp_type(node):
         return None
-    return exp.Anonymous(this="toDateTime64", expressions=[node.this.copy(), exp.Literal.number(6),
-                                                           exp.Literal.string("UTC")])
+    if isinstance(node.this, exp.Literal) and node.this.is_string:
+        return exp.Anonymous(this="toDateTime64", expressions=[node.this.copy(), exp.Literal.number(6),
+                                                               exp.Literal.string("UTC")])
+    return exp.Cast(this=node.this.copy(), to=exp.DataType.build("Nullable(DateTime64(6, 'UTC'))", dialect="clickhouse"))
 
 
 def _ch_regr_slope(node: exp.RegrSlope):

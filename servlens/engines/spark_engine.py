@@ -63,6 +63,9 @@ class SparkEngine(Engine):
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
         return self.spark.sql(native_sql).limit(limit).toArrow().to_pylist()
 
+    def execute(self, native_sql: str) -> None:
+        self.spark.sql(native_sql)
+
     def _columns_of_empty(self, table: str) -> list[str]:
         return list(self.spark.table(self.tables[table]).columns)
 
