@@ -206,3 +206,80 @@ def spark_cluster(tmp_path_factory):
 @pytest.fixture
 def spark_cluster_engine(spark_cluster, export_dir):
     return _spark_engine(spark_cluster["url"], export_dir)
+
+
+# A ClickHouse server on loopback, when the package registries give one servlens can talk to. Debian bookworm's
+# clickhouse-server is 18.16.1 (2018): clickhouse-connect cannot talk to it (its settings probe fails with
+# "Unknown identifier: readonly") and it lacks DateTime64, Map and window functions; the fixture says so and skips.
+CLICKHOUSE_MIN_MAJOR = 23
+
+
+def _clickhouse_version(port: int) -> str | None:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/?query=SELECT%20version()", timeout=2) as reply:
+            return reply.read().decode().strip()
+    except OSError:
+        return None
+
+
+@pytest.fixture(scope="session")
+def clickhouse_server(tmp_path_factory, export_dir):
+    """clickhouse-server on 127.0.0.1 with the export under its user_files_path; yields the engine URL."""
+    binary = shutil.which("clickhouse-server") or shutil.which("clickhouse")
+    if binary is None:
+        pytest.skip("no clickhouse-server binary on PATH (apt-get install clickhouse-server, or ClickHouse's own "
+                    "packages); chDB covers ClickHouse SQL in-process")
+    root = tmp_path_factory.mktemp("clickhouse")
+    http_port, tcp_port, inter_port = _free_port(), _free_port(), _free_port()
+    args = [binary] + (["server"] if Path(binary).name == "clickhouse" else [])
+    config = Path("/etc/clickhouse-server/config.xml")
+    args += ([f"--config-file={config}"] if config.exists() else []) + [
+        "--", f"--path={root}/data/", f"--tmp_path={root}/tmp/", f"--user_files_path={export_dir.parent}/",
+        f"--format_schema_path={root}/schemas/", f"--http_port={http_port}", f"--tcp_port={tcp_port}",
+        f"--interserver_http_port={inter_port}", "--listen_host=127.0.0.1", f"--logger.log={root}/server.log",
+        f"--logger.errorlog={root}/error.log"]
+    log = (root / "stdout.log").open("w")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        version = None
+        while time.monotonic() < deadline and version is None and proc.poll() is None:
+            time.sleep(0.5)
+            version = _clickhouse_version(http_port)
+        if version is None:
+            pytest.skip(f"{binary} did not answer on 127.0.0.1:{http_port} within 60 s (see {root})")
+        major = int(version.split(".")[0])
+        if major < CLICKHOUSE_MIN_MAJOR:
+            pytest.skip(f"the clickhouse-server the package registry gives is {version}: too old for servlens "
+                        f"(clickhouse-connect's settings probe fails on it; no DateTime64, Map or window functions); "
+                        f"needs {CLICKHOUSE_MIN_MAJOR}.x or newer")
+        yield {"url": f"clickhouse://127.0.0.1:{http_port}/default", "version": version, "export": export_dir}
+    finally:
+        try:
+            os.killpg(proc.pid, 15)
+            proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def clickhouse_server_engine(clickhouse_server):
+    """The export loaded into MergeTree tables of the server (read from its user_files_path), bound by name."""
+    from servlens.engines import TableSource, open_engine
+
+    engine = open_engine(clickhouse_server["url"])
+    name = clickhouse_server["export"].name
+    engine.execute("CREATE DATABASE IF NOT EXISTS servlens")
+    for table in ("requests", "metric_samples"):
+        engine.execute(f"CREATE TABLE IF NOT EXISTS servlens.{table} ENGINE = MergeTree ORDER BY tuple() AS "
+                       f"SELECT * FROM file('{name}/{table}/**/*.parquet', Parquet) "
+                       "SETTINGS use_hive_partitioning = 0")
+    engine.bind(TableSource.parse("servlens.requests"))
+    yield engine
+    engine.close()

@@ -141,3 +141,8 @@ def test_spark_standalone_cluster_gives_duckdbs_numbers(duckdb_engine, spark_clu
     check_parity(duckdb_engine, spark_cluster_engine)
     executors = spark_cluster_engine.spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()
     assert executors == 3  # the driver and one executor on each of the two workers
+
+
+@pytest.mark.engines
+def test_clickhouse_server_gives_duckdbs_numbers(duckdb_engine, clickhouse_server_engine):
+    check_parity(duckdb_engine, clickhouse_server_engine)
