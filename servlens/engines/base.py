@@ -133,9 +133,12 @@ class Engine:
         return sorted(found)
 
     # -- running ------------------------------------------------------------------------------------------------
-    def native(self, sql: str) -> str:
-        """Portable SQL (DuckDB dialect) as this engine runs it, canonical table names resolved."""
+    def native(self, sql: str, views: dict[str, str] | None = None) -> str:
+        """Portable SQL (DuckDB dialect) as this engine runs it, canonical table names resolved; `views` (name ->
+        portable SQL) that the query reads become CTEs in front of it, so nothing is created on the engine."""
         tree = parse(sql)
+        if views:
+            tree = with_views(tree, views)
         renames = {name: target for name, target in self.tables.items() if target != name}
         if renames:
             from sqlglot import exp
@@ -153,9 +156,9 @@ class Engine:
                     table.replace(replacement)
         return translate(tree, self.name)
 
-    def query(self, sql: str) -> list[dict]:
+    def query(self, sql: str, views: dict[str, str] | None = None) -> list[dict]:
         """Run portable SQL; its rows as dicts of plain Python values (naive UTC datetimes, floats, ints, str)."""
-        native = self.native(sql)
+        native = self.native(sql, views)
         started = time.perf_counter()
         try:
             rows = self._fetch(native, self.max_rows + 1)
@@ -229,6 +232,38 @@ class Engine:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def with_views(tree, views: dict[str, str]):
+    """`tree` with the views it reads (directly or through another view) as leading CTEs, dependencies first."""
+    from sqlglot import exp
+
+    defined = {cte.alias for cte in tree.find_all(exp.CTE)}
+    parsed = {name: parse(sql) for name, sql in views.items()}
+
+    def reads(node) -> set[str]:
+        return {t.name for t in node.find_all(exp.Table) if not t.db} & set(views)
+
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in order or name in defined:
+            return
+        for dependency in sorted(reads(parsed[name]) - {name}):
+            visit(dependency)
+        order.append(name)
+
+    for name in sorted(reads(tree)):
+        visit(name)
+    if not order:
+        return tree
+    ctes = [exp.CTE(this=parsed[name], alias=exp.TableAlias(this=exp.to_identifier(name))) for name in order]
+    target = tree if isinstance(tree, exp.Query) else tree.find(exp.Query)
+    key = "with_" if "with_" in type(target).arg_types else "with"   # sqlglot renamed the arg
+    existing = target.args.get(key)
+    target.set(key, exp.With(expressions=ctes + (existing.expressions if existing else []),
+                                recursive=existing.args.get("recursive") if existing else None))
+    return tree
 
 
 class EngineError(ConfigError):

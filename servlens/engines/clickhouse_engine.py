@@ -17,8 +17,10 @@ from servlens.engines.functions import translate
 from servlens.engines.schema import empty_relation_sql
 from servlens.errors import ConfigError
 
-# Times are UTC everywhere in servlens; Parquet columns carry no hive partitions (run and day are in the files).
-SESSION_SETTINGS = {"session_timezone": "UTC", "use_hive_partitioning": 0}
+# Times are UTC everywhere in servlens; Parquet columns carry no hive partitions (run and day are in the files);
+# a column name wins over a select alias of the same name (`count(run) AS run ... WHERE run IN (...)` filters by
+# the column, as in standard SQL; ClickHouse's default would read the aggregate there).
+SESSION_SETTINGS = {"session_timezone": "UTC", "use_hive_partitioning": 0, "prefer_column_name_to_alias": 1}
 
 
 def _quote(text: str) -> str:
@@ -85,7 +87,7 @@ class ClickHouseServerEngine(Engine):
                 host=parts.hostname or "127.0.0.1", port=parts.port or 8123, database=database,
                 username=urllib.parse.unquote(parts.username or "default"),
                 password=urllib.parse.unquote(parts.password or ""), secure=parts.scheme == "clickhouses",
-                settings={"session_timezone": "UTC"})
+                settings={k: v for k, v in SESSION_SETTINGS.items() if k != "use_hive_partitioning"})
         except Exception as exc:  # noqa: BLE001 (connection refused, auth, TLS: one sentence)
             raise ConfigError(f"Cannot reach ClickHouse at {parts.hostname}:{parts.port or 8123}: "
                               f"{str(exc).splitlines()[0][:200]}", "Check the URL, the port (HTTP, 8123) and the user") from None

@@ -35,6 +35,36 @@ class DuckDBEngine(Engine):
         engine._own = True
         return engine
 
+    def bind(self, source, runs=None) -> None:
+        """An export is read as a store: the store's schema with `requests` and `metric_samples` as views over the
+        Parquet files, and `runs` / `sources` from the manifest, so the runner, workload, chains and goodput run
+        on it unchanged (the reference for every other engine)."""
+        if source.kind == "parquet":
+            from servlens.store.schema import create_schema
+
+            create_schema(self.con)
+            self.con.execute("DROP TABLE requests")
+            self.con.execute("DROP TABLE metric_samples")
+        super().bind(source, runs)
+        if source.kind == "parquet":
+            self._load_manifest(source.location, runs)
+
+    def _load_manifest(self, folder: str, runs: list[str] | None) -> None:
+        from servlens.store.export import read_manifest
+
+        for run, meta in read_manifest(folder).get("runs", {}).items():
+            if runs is not None and run not in runs:
+                continue
+            self.con.execute("INSERT INTO runs (run, relative_clock, tz) VALUES (?, ?, ?)",
+                             [run, bool(meta.get("relative_clock")), meta.get("tz")])
+            for s in meta.get("sources", []):
+                self.con.execute(
+                    "INSERT INTO sources (source_id, run, kind, path, sha256, size_bytes, format, rows, bad_lines, "
+                    "t_min, t_max, time_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [s["source_id"], run, s["kind"], s["path"], s.get("sha256") or "", s.get("size_bytes"),
+                     s.get("format"), s.get("rows"), s.get("bad_lines"), s.get("t_min"), s.get("t_max"),
+                     s.get("time_source")])
+
     def _bind_parquet(self, table: str, dirs: list[Path]) -> None:
         if dirs:
             files = ", ".join(_quote(str(d / "**" / "*.parquet")) for d in dirs)
@@ -42,7 +72,7 @@ class DuckDBEngine(Engine):
             body = f"SELECT * FROM read_parquet([{files}], hive_partitioning = false, union_by_name = true)"
         else:
             body = empty_relation_sql(table)
-        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS {body}")
+        self.con.execute(f"CREATE OR REPLACE VIEW {table} AS {body}")
         self.tables[table] = table
 
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:

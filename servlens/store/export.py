@@ -81,9 +81,11 @@ def export_parquet(con: duckdb.DuckDBPyConnection, folder: str | Path, runs: lis
 def _run_meta(con: duckdb.DuckDBPyConnection, run: str) -> dict:
     """What the analysis document says about a run besides its rows: its clock and its source files."""
     meta = con.execute("SELECT relative_clock, tz FROM runs WHERE run = ?", [run]).fetchone()
-    sources = [dict(zip(("source_id", "kind", "path", "format", "rows", "bad_lines"), row)) for row in con.execute(
-        "SELECT source_id, kind, path, format, rows, bad_lines FROM sources WHERE run = ? ORDER BY source_id", [run]
-    ).fetchall()]
+    keys = ("source_id", "kind", "path", "sha256", "size_bytes", "format", "rows", "bad_lines", "t_min", "t_max",
+            "time_source")
+    sources = [dict(zip(keys, row)) for row in con.execute(
+        f"SELECT {', '.join(keys[:8])}, CAST(t_min AS VARCHAR), CAST(t_max AS VARCHAR), time_source FROM sources "
+        "WHERE run = ? ORDER BY source_id", [run]).fetchall()]
     return {"relative_clock": bool(meta[0]) if meta else False, "tz": meta[1] if meta else None, "sources": sources}
 
 

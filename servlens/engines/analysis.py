@@ -1,0 +1,231 @@
+"""`servlens analyze --engine URL --table T`: the rules run where the data is.
+
+- `--engine duckdb --table parquet:DIR` (or no --engine): DuckDB reads the export in place as a store (views over
+  the Parquet files, the runs and sources from the export's manifest), and the whole analysis runs as on the store:
+  every rule, the workload profile, chains and goodput. This is the reference the other engines are held to.
+- any other engine: the scope views become CTEs of each query (nothing is created on the engine), every SQL rule's
+  SQL goes through servlens' function map, and only its one metrics row comes back. A rule whose detector is Python
+  reads DuckDB and is *not evaluable* on that engine, with that reason; it is never skipped silently. The runner's
+  own finishing (requirements, states, severities, thresholds) is the same code for every engine: the engine stands
+  behind a connection adapter (EngineConnection) that the runner's SQL detector path talks to.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from servlens.analysis.rules import Rule, validate_params
+from servlens.analysis.runner import (
+    EVIDENCE_COLUMNS,
+    SCHEMA_VERSION,
+    Scope,
+    evaluate,
+    missing_reason,
+    sort_findings,
+    sql_literal,
+)
+from servlens.engines.base import Engine
+from servlens.errors import ConfigError
+
+_PARAM = re.compile(r"\$([a-z][a-z0-9_]*)")
+
+
+def scope_views(scope: Scope) -> dict[str, str]:
+    """The runner's scope views (servlens/analysis/runner.py) as portable SQL, for one scope."""
+    def eq(column: str, value: Any) -> str:
+        return f"{column} IS NULL" if value is None else f"{column} = {sql_literal(value)}"
+
+    where = " AND ".join([eq("run", scope.run), eq("model", scope.model), eq("deployment", scope.deployment)])
+    model_match = "TRUE" if scope.model is None else (
+        f"(labels['model_name'] IS NULL OR labels['model_name'] = {sql_literal(scope.model)})")
+    metric_where = f"{eq('run', scope.run)} AND {model_match}"
+    return {
+        "scope_requests": f"SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at FROM requests WHERE {where}",
+        "scope_metrics": f"SELECT * FROM metric_samples WHERE {metric_where}",
+        # The store's metric_counter_increases (a drop is a restart: the new value is the increase), per series;
+        # the labels are the series key as text because Spark cannot partition by a MAP.
+        "scope_counter_increases": f"""
+            SELECT run, name, series, labels, prev_ts, ts, date_diff('microsecond', prev_ts, ts) / 1e6 AS interval_s,
+                   value, CASE WHEN value < prev_value THEN value ELSE value - prev_value END AS increase,
+                   coalesce(value < prev_value, false) AS is_reset
+            FROM (SELECT *, lag(value) OVER w AS prev_value, lag(ts) OVER w AS prev_ts
+                  FROM (SELECT *, CAST(labels AS VARCHAR) AS series_key FROM metric_samples
+                        WHERE {metric_where} AND ((type = 'counter' AND series = 'value')
+                              OR (type IN ('histogram', 'summary') AND series IN ('sum', 'count'))))
+                  WINDOW w AS (PARTITION BY run, name, series, le, series_key ORDER BY ts, source_id))
+            WHERE prev_value IS NOT NULL""",
+    }
+
+
+class _Cursor:
+    def __init__(self, rows: list[dict]):
+        self._rows = rows
+        self.description = [(name,) for name in (rows[0] if rows else {})]
+
+    def fetchall(self) -> list[tuple]:
+        return [tuple(r.values()) for r in self._rows]
+
+    def fetchone(self) -> tuple | None:
+        return tuple(self._rows[0].values()) if self._rows else None
+
+
+class EngineConnection:
+    """What the runner's SQL detector path needs of a DuckDB connection, answered by an engine: `execute(sql,
+    params)` with $params substituted as SQL literals and the current scope's views as CTEs."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.views: dict[str, str] = {}
+
+    def execute(self, sql: str, params: dict | None = None) -> _Cursor:
+        if params:
+            sql = _PARAM.sub(lambda m: sql_literal(params[m.group(1)]) if m.group(1) in params else m.group(0), sql)
+        return _Cursor(self.engine.query(sql, views=self.views))
+
+
+def _present(conn: EngineConnection) -> tuple[set[str], set[str]]:
+    counts = ", ".join(f"count({c}) AS {c}" for c in EVIDENCE_COLUMNS)
+    row = conn.engine.query(f"SELECT {counts} FROM scope_requests", views=conn.views)[0]
+    columns = {c for c in EVIDENCE_COLUMNS if row.get(c)}
+    metrics = {r["name"] for r in conn.engine.query("SELECT DISTINCT name FROM scope_metrics WHERE name IS NOT NULL",
+                                                    views=conn.views)}
+    return columns, metrics
+
+
+def _scopes(engine: Engine, runs: list[str]) -> list[Scope]:
+    run_list = ", ".join(sql_literal(r) for r in runs)
+    scopes = [Scope(r["run"], r["model"], r["deployment"]) for r in engine.query(
+        f"SELECT DISTINCT run, model, deployment FROM requests WHERE run IN ({run_list}) "
+        "ORDER BY run, model NULLS LAST, deployment NULLS LAST")]
+    with_requests = {s.run for s in scopes}
+    for run in runs:
+        if run not in with_requests:  # a run with metrics only: one scope per model_name label (or one)
+            models = [r["m"] for r in engine.query(
+                f"SELECT DISTINCT labels['model_name'] AS m FROM metric_samples WHERE run = {sql_literal(run)} "
+                "ORDER BY m NULLS LAST")]
+            named = [m for m in models if m is not None]
+            scopes += [Scope(run, m, None) for m in (named or [None])]
+    return scopes
+
+
+def not_portable_reason(rule: Rule, engine: Engine) -> str | None:
+    """Why the rule cannot run on the engine (None when it can)."""
+    if rule.python:
+        return (f"not evaluable on {engine.name}: {rule.id}'s detector is Python and reads the DuckDB store; "
+                "run it with --engine duckdb (--table parquet:DIR reads the same export)")
+    return None
+
+
+def engine_coverage(engine: Engine, runs: list[str]) -> dict:
+    """The document's coverage, from aggregates on the engine (the sources from an export's manifest)."""
+    run_list = ", ".join(sql_literal(r) for r in runs)
+    span = engine.one(f"""SELECT count(*) AS n, min(coalesce(t_arrival, t_first_token, t_end)) AS t0,
+                                 max(coalesce(t_end, t_first_token, t_arrival)) AS t1
+                          FROM requests WHERE run IN ({run_list})""")
+    if span["t0"] is None:
+        span |= engine.one(f"SELECT min(ts) AS t0, max(ts) AS t1 FROM metric_samples WHERE run IN ({run_list})")
+    counts = engine.one("SELECT " + ", ".join(f"count({c}) AS {c}" for c in EVIDENCE_COLUMNS)
+                        + f" FROM requests WHERE run IN ({run_list})")
+    models = [r["model"] for r in engine.query(
+        f"SELECT DISTINCT model FROM requests WHERE run IN ({run_list}) AND model IS NOT NULL ORDER BY model")]
+    metrics = [r["name"] for r in engine.query(
+        f"SELECT DISTINCT name FROM metric_samples WHERE run IN ({run_list}) AND name IS NOT NULL ORDER BY name")]
+    manifest = _manifest(engine)
+    sources = [{"path": s["path"], "format": s["format"], "kind": s["kind"], "rows": s["rows"],
+                "bad_lines": s["bad_lines"]}
+               for run in runs for s in manifest.get("runs", {}).get(run, {}).get("sources", [])]
+    relative = any(manifest.get("runs", {}).get(run, {}).get("relative_clock") for run in runs)
+    from servlens.analysis.windows import iso
+
+    return {"sources": sources, "runs": runs, "requests": int(span["n"]),
+            "time_span": {"start": iso(span["t0"]), "end": iso(span["t1"]), "relative_clock": relative},
+            "models": models, "columns_present": [c for c in EVIDENCE_COLUMNS if counts.get(c)],
+            "metrics_present": metrics}
+
+
+def _manifest(engine: Engine) -> dict:
+    if engine.source is not None and engine.source.kind == "parquet":
+        from servlens.store.export import read_manifest
+
+        return read_manifest(engine.source.location)
+    return {}
+
+
+def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None = None,
+                      overrides: dict[str, dict[str, Any]] | None = None) -> dict:
+    """The analyze document, every query on `engine` (not DuckDB: see duckdb_store_analysis for that)."""
+    from servlens import __version__
+
+    known = engine.runs()
+    if runs:
+        unknown = [r for r in runs if r not in known]
+        if unknown:
+            raise ConfigError(f"No run named {', '.join(map(repr, unknown))} in {engine.name}'s tables",
+                              "Runs there: " + (", ".join(known) or "none"))
+    runs = list(runs or known)
+    if not runs:
+        raise ConfigError(f"{engine.name}'s tables hold no requests and no metrics to analyse",
+                          "Check --table, or export a store with 'servlens export'")
+    params = {rule.id: validate_params(rule, (overrides or {}).get(rule.id, {}), "--set") for rule in rules}
+    cover = engine_coverage(engine, runs)
+    formats = {s["format"] for s in cover["sources"] if s["format"]}
+    conn = EngineConnection(engine)
+    findings = []
+    for scope in _scopes(engine, runs):
+        conn.views = scope_views(scope)
+        presence = _present(conn)
+        for rule in rules:
+            reason = not_portable_reason(rule, engine)
+            if reason is None:
+                findings.append(evaluate(conn, rule, scope, params[rule.id], cover["time_span"]["relative_clock"],
+                                         formats, presence))
+                continue
+            columns, metrics = presence
+            available = [req for req in rule.requires
+                         if all(c in columns for c in req.columns) and all(m in metrics for m in req.metrics)]
+            findings.append({
+                "rule": rule.id, "name": rule.name, "title": rule.title, "severity": rule.severity,
+                "scope": scope.as_dict(), "state": "not_evaluable",
+                "summary": f"{rule.title}: cannot be judged on {engine.name}.",
+                "reason": reason if available else f"{missing_reason(rule, columns, metrics)}; and {reason}",
+                "remediation": "", "rollback": "",
+                "evidence": {"metrics": {}, "thresholds": {}, "windows": [], "table": None, "chart": None},
+                "examples": [], "references": rule.references(),
+            })
+    cover["engine"] = engine.describe()
+    return {
+        "kind": "analyze", "schema_version": SCHEMA_VERSION,
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "servlens_version": __version__, "run": runs[0] if len(runs) == 1 else runs,
+        "coverage": cover, "findings": sort_findings(findings),
+    }
+
+
+def analyze_where_the_data_is(engine_url: str | None, table: str | None, store, rules: list[Rule],
+                              runs: list[str] | None, overrides: dict | None, slo: dict | None) -> dict:
+    """`servlens analyze --engine URL --table T`: the document, the engine named in coverage.engine."""
+    from servlens.engines import TableSource, engine_kind, open_engine
+
+    source = TableSource.parse(table)
+    kind = engine_kind(engine_url or "duckdb")
+    if kind == "duckdb" and source.kind != "parquet":
+        if source.location != "requests":
+            raise ConfigError("With the DuckDB store, --table is the store's own requests table",
+                              "Drop --table, or pass --table parquet:DIR for an export")
+        engine = open_engine("duckdb", store=store)
+    else:
+        engine = open_engine(engine_url or "duckdb")
+    try:
+        engine.bind(source, runs or None)
+        if engine.name == "duckdb":
+            from servlens.analysis.runner import analyze
+
+            doc = analyze(engine.con, rules, runs or None, overrides, slo)
+        else:
+            doc = analyze_on_engine(engine, rules, runs or None, overrides)
+        doc["coverage"]["engine"] = engine.describe()
+        return doc
+    finally:
+        engine.close()
