@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from servlens.analysis.rules import Rule, validate_params
@@ -197,7 +197,7 @@ def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None 
     cover["engine"] = engine.describe()
     return {
         "kind": "analyze", "schema_version": SCHEMA_VERSION,
-        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         "servlens_version": __version__, "run": runs[0] if len(runs) == 1 else runs,
         "coverage": cover, "findings": sort_findings(findings),
     }
