@@ -71,17 +71,29 @@ class _Cursor:
         return tuple(self._rows[0].values()) if self._rows else None
 
 
+_TEMP_VIEW = re.compile(r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?TEMP(?:ORARY)?\s+VIEW\s+(\w+)\s+AS\s+(.*)$",
+                        re.IGNORECASE | re.DOTALL)
+
+
 class EngineConnection:
-    """What the runner's SQL detector path needs of a DuckDB connection, answered by an engine: `execute(sql,
-    params)` with $params substituted as SQL literals and the current scope's views as CTEs."""
+    """What servlens' SQL paths need of a DuckDB connection, answered by an engine: `execute(sql, params)` with
+    $name (dict) or ? (list) parameters substituted as SQL literals, the current views as CTEs, and
+    `CREATE TEMP VIEW x AS ...` kept as one more such view (nothing is created on the engine)."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
         self.views: dict[str, str] = {}
 
-    def execute(self, sql: str, params: dict | None = None) -> _Cursor:
-        if params:
+    def execute(self, sql: str, params: dict | list | None = None) -> _Cursor:
+        if isinstance(params, dict) and params:
             sql = _PARAM.sub(lambda m: sql_literal(params[m.group(1)]) if m.group(1) in params else m.group(0), sql)
+        elif params:
+            values = iter(params)
+            sql = re.sub(r"\?", lambda m: sql_literal(next(values)), sql)
+        view = _TEMP_VIEW.match(sql)
+        if view:
+            self.views[view.group(1)] = view.group(2).strip().rstrip(";")
+            return _Cursor([])
         return _Cursor(self.engine.query(sql, views=self.views))
 
 
@@ -194,13 +206,15 @@ def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None 
                 "evidence": {"metrics": {}, "thresholds": {}, "windows": [], "table": None, "chart": None},
                 "examples": [], "references": rule.references(),
             })
-    cover["engine"] = engine.describe()
-    return {
+    doc = {
         "kind": "analyze", "schema_version": SCHEMA_VERSION,
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         "servlens_version": __version__, "run": runs[0] if len(runs) == 1 else runs,
         "coverage": cover, "findings": sort_findings(findings),
+        "workload": engine_workload(engine, runs),
     }
+    cover["engine"] = engine.describe()
+    return doc
 
 
 def analyze_where_the_data_is(engine_url: str | None, table: str | None, store, rules: list[Rule],
@@ -229,3 +243,48 @@ def analyze_where_the_data_is(engine_url: str | None, table: str | None, store, 
         return doc
     finally:
         engine.close()
+
+
+# The workload profile's parts whose SQL runs on every engine through the function map (servlens/analysis/
+# workload.py is their one home); the rest reads DuckDB-only functions (generate_series, JSON block lists) and is
+# named in the profile's note instead of being left out silently.
+ENGINE_WORKLOAD_PARTS = ("lengths", "latency")
+DUCKDB_ONLY_WORKLOAD_PARTS = ("rate", "prefix_sharing", "concurrency", "context_budget")
+
+
+def engine_workload(engine: Engine, runs: list[str]) -> dict:
+    """The document's `workload` on a non-DuckDB engine: per run the counts, span, error share, lengths and
+    latencies (per model and per window), computed by the workload module's own SQL on the engine."""
+    from servlens.analysis import workload
+    from servlens.analysis.detectors._common import rounded
+    from servlens.analysis.windows import iso
+
+    conn = EngineConnection(engine)
+    profiles = {}
+    for run in runs:
+        conn.views = {"workload_requests": "SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at "
+                                           f"FROM requests WHERE run = {sql_literal(run)}"}
+        base = workload._one(conn, """
+            SELECT count(*) AS n, min(t_at) AS t0, max(t_at) AS t1, count(t_at) AS timed,
+                   count(DISTINCT model) AS models, count(prompt_tokens) AS with_prompt,
+                   count(completion_tokens) AS with_output, count(ttft_s) AS with_ttft, count(tpot_s) AS with_tpot,
+                   count(e2e_s) AS with_e2e, count(CASE WHEN status = 'error' THEN 1 END) AS errors,
+                   count(status) AS with_status,
+                   count(http_status) + count(error_type) + count(finish_reason) + count(error_message) AS error_fields
+            FROM workload_requests""")
+        profile: dict[str, Any] = {"run": run, "requests": base["n"]}
+        if base["n"]:
+            span = (base["t1"] - base["t0"]).total_seconds() if base["t0"] is not None else 0.0
+            profile |= {
+                "start": iso(base["t0"]), "end": iso(base["t1"]), "span_s": rounded(span, 3),
+                "mean_rate_rps": rounded(base["n"] / span, 4) if span > 0 else None,
+                "error_share": rounded(base["errors"] / base["with_status"], 4)
+                if base["with_status"] and base["error_fields"] else None,
+                "lengths": workload._lengths(conn, base),
+                "latency": workload._latency(conn, base, workload.bucket_width(span)),
+                "note": f"{', '.join(DUCKDB_ONLY_WORKLOAD_PARTS).replace('_', ' ')} are profiled on DuckDB only "
+                        f"(not computed on {engine.name})",
+            }
+        profile["summary"] = workload._summary(run, profile)
+        profiles[run] = profile
+    return {"summary": [p.pop("summary") for p in profiles.values()], "runs": profiles}
