@@ -31,7 +31,10 @@ def answered(alias: str = "") -> str:
 
 FAILED = failed()
 
-_TEXT = "lower(coalesce(error_type, '') || ' ' || coalesce(error_message, ''))"
+
+def _text(alias: str = "") -> str:
+    a = f"{alias}." if alias else ""
+    return f"lower(coalesce({a}error_type, '') || ' ' || coalesce({a}error_message, ''))"
 
 # (class, HTTP statuses, words in the error type or message (lower case), finish reasons, what it usually means).
 # Word matches are substrings: 'connectionerror' matches APIConnectionError and ConnectionError.
@@ -66,28 +69,34 @@ OTHER_CLASS = "other"
 CLASS_NAMES = tuple(c[0] for c in ERROR_CLASSES) + (OTHER_CLASS,)
 
 
-def _condition(statuses: tuple[int, ...], words: tuple[str, ...], finishes: tuple[str, ...]) -> str:
+def _condition(statuses: tuple[int, ...], words: tuple[str, ...], finishes: tuple[str, ...], alias: str) -> str:
+    a = f"{alias}." if alias else ""
     parts = []
     if statuses:
         contiguous = len(statuses) > 3 and statuses == tuple(range(statuses[0], statuses[-1] + 1))
         codes = (f"BETWEEN {statuses[0]} AND {statuses[-1]}" if contiguous
                  else f"IN ({', '.join(map(str, statuses))})")
-        parts.append(f"coalesce(http_status {codes}, false)")
-    parts += [f"{_TEXT} LIKE '%{w}%'" for w in words]
+        parts.append(f"coalesce({a}http_status {codes}, false)")
+    parts += [f"{_text(alias)} LIKE '%{w}%'" for w in words]
     if finishes:
-        parts.append(f"coalesce(finish_reason IN ({', '.join(repr(f) for f in finishes)}), false)")
+        parts.append(f"coalesce({a}finish_reason IN ({', '.join(repr(f) for f in finishes)}), false)")
     return "(" + " OR ".join(parts) + ")"
 
 
-def _when(name: str, statuses: tuple[int, ...], words: tuple[str, ...], finishes: tuple[str, ...]) -> str:
-    condition = _condition(statuses, words, finishes)
+def _when(name: str, statuses: tuple[int, ...], words: tuple[str, ...], finishes: tuple[str, ...], alias: str) -> str:
+    condition = _condition(statuses, words, finishes, alias)
     if name == "connection":
+        a = f"{alias}." if alias else ""
         allowed = ", ".join(map(str, CONNECTION_STATUSES))
-        condition = f"(coalesce(http_status IN ({allowed}), http_status IS NULL) AND {condition})"
+        condition = f"(coalesce({a}http_status IN ({allowed}), {a}http_status IS NULL) AND {condition})"
     return condition
 
 
-# The class of a failed request (NULL for a request that did not fail): the first class that matches.
-ERROR_CLASS = ("CASE WHEN NOT " + FAILED + " THEN NULL "
-               + " ".join(f"WHEN {_when(name, st, w, fr)} THEN '{name}'" for name, st, w, fr, _ in ERROR_CLASSES)
-               + f" ELSE '{OTHER_CLASS}' END")
+def error_class(alias: str = "") -> str:
+    """The class of a failed request (NULL for a request that did not fail): the first class that matches."""
+    return ("CASE WHEN NOT " + failed(alias) + " THEN NULL "
+            + " ".join(f"WHEN {_when(name, st, w, fr, alias)} THEN '{name}'" for name, st, w, fr, _ in ERROR_CLASSES)
+            + f" ELSE '{OTHER_CLASS}' END")
+
+
+ERROR_CLASS = error_class()

@@ -15,11 +15,17 @@ falls back to a default.
     rollback = "..."                      # a condition to watch after the change, same placeholders
     documentation = '''## What it detects ... ## References'''   # fixed headings, in order (DOC_HEADINGS)
 
+    aliases = ["SL104"]                   # optional: old ids that still select this rule and take its --set
+
     [detector]                            # exactly one of:
     python = "servlens.analysis.detectors.queue_ttft:detect"      # a statistical detector (module:function)
     sql = '''SELECT ... FROM scope_requests ...'''                # or SQL over the scope views, $param placeholders
+    why_python = "..."                    # top level, required with detector.python: why SQL cannot carry it
+
+    [views] / [decide] / [summary] / [evidence.*]   # a SQL rule's declarative part: servlens/analysis/rule_contract.py
 
     [[requires]]                          # evidence paths; the rule is evaluable when any one is present
+    id = "queue_time"                     # snake_case, unique in the rule; Python detectors refer to this id
     name = "per-request queue time"       # for the not-evaluable reason
     columns = ["ttft_s", "queue_s"]       # canonical request columns that must be non-NULL somewhere in the scope
     metrics = []                          # normalised metric names that must have samples in the scope's run
@@ -42,7 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from servlens.analysis.rule_contract import Contract, check_params, parse_contract
 from servlens.errors import ConfigError
+from servlens.store import metric_roles
 from servlens.store.schema import REQUEST_COLUMNS
 
 SEVERITIES = ("info", "warning", "critical")
@@ -78,11 +86,20 @@ _TOP_KEYS = {
     "detector": "a table with python or sql",
     "requires": "an array of tables [[requires]]",
     "params": "a table of [params.NAME] tables",
+    "aliases": "a list of old rule ids",
+    "why_python": "why this detector is Python (required with detector.python)",
+    "views": "a table of NAME = SQL (SQL detectors)",
+    "decide": "a table with fired, not_evaluable, reason, [[decide.severity]] (SQL detectors)",
+    "summary": "a table with fired, clear, not_evaluable templates (SQL detectors)",
+    "evidence": "tables [evidence.table|chart|windows|examples] (SQL detectors)",
 }
 _REQUIRED_TOP = ("id", "name", "title", "severity", "status", "remediation", "rollback", "documentation", "detector",
                  "requires")
 _PARAM_KEYS = ("default", "reason", "min", "max", "choices")
-_REQUIRES_KEYS = ("name", "columns", "metrics")
+_REQUIRES_KEYS = ("id", "name", "columns", "metrics")
+_REQUIRES_ID_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+# `metrics = ["role:kv_usage"]`: any metric of that role (servlens/store/metric_roles.toml) has samples.
+ROLE_PREFIX = "role:"
 
 
 @dataclass(frozen=True)
@@ -182,9 +199,18 @@ def _fmt(number: float) -> str:
 class Requirement:
     """One evidence path: the columns and metrics it needs, all of them."""
 
+    id: str
     name: str
     columns: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ()
+
+    def metric_present(self, metric: str, present: set[str]) -> bool:
+        if metric.startswith(ROLE_PREFIX):
+            return any(name in present for name in metric_roles.names(metric[len(ROLE_PREFIX):]))
+        return metric in present
+
+    def available(self, columns: set[str], metrics: set[str]) -> bool:
+        return all(c in columns for c in self.columns) and all(self.metric_present(m, metrics) for m in self.metrics)
 
     def describe(self) -> str:
         parts = []
@@ -213,10 +239,26 @@ class Rule:
     tags: tuple[str, ...] = ()
     path: Path | None = None
     cases_path: Path | None = None
+    contract: Contract | None = None
+    aliases: tuple[str, ...] = ()
+    why_python: str | None = None
 
     @property
     def detector(self) -> str:
         return f"python {self.python}" if self.python else "sql"
+
+    def requirement(self, requirement_id: str) -> Requirement:
+        for req in self.requires:
+            if req.id == requirement_id:
+                return req
+        raise ConfigError(f"{self.path}: {self.id} has no [[requires]] entry with id '{requirement_id}'"
+                          f"{_suggest(requirement_id, [r.id for r in self.requires])}",
+                          "Requirement ids: " + ", ".join(r.id for r in self.requires))
+
+    def sql_items(self) -> list[tuple[str, str]]:
+        """(TOML key, SQL) for every SQL the rule holds: detector, views, decide, evidence."""
+        items = [("detector.sql", self.sql)] if self.sql else []
+        return items + (self.contract.sql_items() if self.contract else [])
 
     def resolve_python(self) -> Callable:
         module_name, function_name = self.python.split(":")
@@ -273,7 +315,8 @@ def parse_rule(data: dict, path: Path) -> Rule:
     for key in _REQUIRED_TOP:
         if key not in data:
             raise ConfigError(f"{path}: missing key '{key}'", f"Add {key} = {_TOP_KEYS[key]}")
-    for key in ("id", "name", "title", "severity", "status", "remediation", "rollback", "documentation", "since"):
+    for key in ("id", "name", "title", "severity", "status", "remediation", "rollback", "documentation", "since",
+                "why_python"):
         if key in data and not (isinstance(data[key], str) and data[key].strip()):
             raise _bad(path, key, "must be a non-empty string", _TOP_KEYS[key])
     if not _ID_RE.match(data["id"]):
@@ -312,6 +355,18 @@ def parse_rule(data: dict, path: Path) -> Rule:
     sql = detector.get("sql")
     if sql is not None and not (isinstance(sql, str) and sql.strip()):
         raise _bad(path, "detector.sql", "must be a non-empty string", "a SELECT over scope_requests / scope_metrics")
+    why_python = data.get("why_python")
+    if python is not None and why_python is None:
+        raise _bad(path, "why_python", "is missing (detector.python needs it)",
+                   "one or two sentences on why SQL cannot carry this detector")
+    if python is None and why_python is not None:
+        raise _bad(path, "why_python", "is given for a SQL detector", "remove it")
+    contract = parse_contract(data, path, sql is not None)
+    aliases = data.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and _ID_RE.match(a) for a in aliases):
+        raise _bad(path, "aliases", "must be a list of rule ids", "e.g. aliases = [\"SL104\"]")
+    if data["id"] in aliases:
+        raise _bad(path, "aliases", f"names the rule's own id {data['id']}", "old ids only")
 
     params: dict[str, Param] = {}
     raw_params = data.get("params", {})
@@ -345,16 +400,12 @@ def parse_rule(data: dict, path: Path) -> Rule:
             raise _bad(path, f"{where}.default", f"{param.default!r} is outside its own bounds", param.allowed()) from None
         params[pname] = param
 
-    if sql is not None:
-        used = set(re.findall(r"\$([a-z][a-z0-9_]*)", sql))
-        undeclared = sorted(used - set(params))
-        if undeclared:
-            raise _bad(path, "detector.sql", "uses undeclared parameter(s) " + ", ".join("$" + u for u in undeclared),
-                       "declare each as [params.NAME]")
+    check_params(path, ([("detector.sql", sql)] if sql else []) + (contract.sql_items() if contract else []),
+                 set(params))
 
     requires_raw = data["requires"]
     if not isinstance(requires_raw, list) or not requires_raw:
-        raise _bad(path, "requires", "must be a non-empty array of tables", "[[requires]] with name, columns, metrics")
+        raise _bad(path, "requires", "must be a non-empty array of tables", "[[requires]] with id, name, columns, metrics")
     requires = []
     for index, spec in enumerate(requires_raw):
         where = f"requires[{index}]"
@@ -363,6 +414,11 @@ def parse_rule(data: dict, path: Path) -> Rule:
         for key in spec:
             if key not in _REQUIRES_KEYS:
                 raise _bad(path, f"{where}.{key}", f"is not a known key{_suggest(key, _REQUIRES_KEYS)}", ", ".join(_REQUIRES_KEYS))
+        if not (isinstance(spec.get("id"), str) and _REQUIRES_ID_RE.match(spec["id"])):
+            raise _bad(path, f"{where}.id", "is missing" if "id" not in spec else f"{spec['id']!r} is not an id",
+                       "a snake_case id the detector code refers to, e.g. id = \"queue_time\"")
+        if any(req.id == spec["id"] for req in requires):
+            raise _bad(path, f"{where}.id", f"'{spec['id']}' is used twice", "one id per [[requires]] entry")
         if not (isinstance(spec.get("name"), str) and spec["name"].strip()):
             raise _bad(path, f"{where}.name", "is missing", "a short name for this evidence path")
         columns = spec.get("columns", [])
@@ -373,7 +429,11 @@ def parse_rule(data: dict, path: Path) -> Rule:
             if column not in REQUEST_COLUMNS:
                 raise _bad(path, f"{where}.columns", f"names '{column}', which is not a canonical request column"
                            f"{_suggest(str(column), REQUEST_COLUMNS)}", "the columns in servlens/store/schema.py")
-        requires.append(Requirement(spec["name"].strip(), tuple(columns), tuple(str(m) for m in metrics)))
+        for metric in metrics:
+            if str(metric).startswith(ROLE_PREFIX) and str(metric)[len(ROLE_PREFIX):] not in metric_roles.roles():
+                raise _bad(path, f"{where}.metrics", f"names '{metric}', which is not a metric role",
+                           "role:NAME with a role of servlens/store/metric_roles.toml: " + ", ".join(metric_roles.roles()))
+        requires.append(Requirement(spec["id"], spec["name"].strip(), tuple(columns), tuple(str(m) for m in metrics)))
 
     return Rule(
         id=data["id"],
@@ -391,6 +451,9 @@ def parse_rule(data: dict, path: Path) -> Rule:
         since=data.get("since"),
         tags=tuple(tags),
         path=path,
+        contract=contract,
+        aliases=tuple(aliases),
+        why_python=why_python.strip() if why_python else None,
     )
 
 
@@ -443,12 +506,29 @@ def load_rules(extra_dirs: list[str | Path] = (), include_builtin: bool = True) 
                                   "Rename one of them")
             by_id[rule.id] = rule
             by_name[rule.name] = rule
+    taken = {rule_id: rule.path for rule_id, rule in by_id.items()}
+    for rule in by_id.values():
+        for alias in rule.aliases:
+            if alias in taken:
+                raise ConfigError(f"{rule.path}: alias {alias} is already the id or an alias of {taken[alias]}",
+                                  "An alias names one rule only")
+            taken[alias] = rule.path
     return [by_id[key] for key in sorted(by_id)]
 
 
+def resolve_id(rules: list[Rule], token: str) -> str:
+    """A rule id, or the id of the rule that lists `token` among its aliases (else `token` unchanged)."""
+    for rule in rules:
+        if token in rule.aliases:
+            return rule.id
+    return token
+
+
 def select_rules(rules: list[Rule], select: list[str] | None, ignore: list[str] | None) -> list[Rule]:
-    """Rules named by --select (ids or id prefixes such as SL00), minus --ignore; unknown ids are errors."""
+    """Rules named by --select (ids, aliases or id prefixes such as SL00), minus --ignore; unknown ids are errors."""
     known = {rule.id for rule in rules}
+    select = [resolve_id(rules, t) for t in select or []]
+    ignore = [resolve_id(rules, t) for t in ignore or []]
 
     def matches(rule_id: str, token: str) -> bool:
         return rule_id == token or rule_id.startswith(token)
@@ -469,6 +549,7 @@ def parse_overrides(settings: list[str], rules: list[Rule]) -> dict[str, dict[st
     for setting in settings:
         key, sep, value = setting.partition("=")
         rule_id, dot, pname = key.strip().partition(".")
+        rule_id = resolve_id(rules, rule_id)
         if not sep or not dot or not pname:
             raise ConfigError(f"--set '{setting}' is not RULE.param=value", "For example --set SL004.min_queue_share=0.6")
         rule = by_id.get(rule_id)
@@ -505,6 +586,7 @@ def validate_params(rule: Rule, values: dict[str, Any], where: str) -> dict[str,
 
 __all__ = [
     "DOC_HEADINGS", "SEVERITIES", "STATES", "STATUSES", "Param", "Requirement", "Rule", "builtin_rules_dir",
-    "doc_sections", "load_rule_file", "load_rules", "parse_overrides", "parse_rule", "select_rules", "validate_params",
+    "doc_sections", "load_rule_file", "load_rules", "parse_overrides", "parse_rule", "resolve_id", "select_rules",
+    "validate_params",
 ]
 

@@ -25,7 +25,6 @@ optionally `reason`, and any other columns become evidence metrics.
 from __future__ import annotations
 
 import math
-import string
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -33,9 +32,14 @@ from typing import Any
 import duckdb
 
 from servlens import __version__
+from servlens.analysis import sql_functions
+from servlens.analysis.rule_contract import fill_template
+from servlens.analysis.rule_sql import sql_literal
 from servlens.analysis.rules import SEVERITIES, STATES, Requirement, Rule, validate_params
+from servlens.analysis.sql_rules import run_contract, run_sql
 from servlens.analysis.windows import WindowSpec, iso, spec_for
 from servlens.errors import ConfigError
+from servlens.store import metric_roles
 from servlens.store.schema import REQUEST_COLUMNS
 
 SCHEMA_VERSION = 1
@@ -53,17 +57,6 @@ class Scope:
 
     def as_dict(self) -> dict:
         return {"run": self.run, "model": self.model, "deployment": self.deployment}
-
-
-def sql_literal(value: Any) -> str:
-    """A SQL literal for a value the runner puts into a view definition (views cannot take parameters)."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return "'" + str(value).replace("'", "''") + "'"
 
 
 def _eq(column: str, value: Any) -> str:
@@ -91,8 +84,10 @@ class DetectorContext:
     def has_metric(self, *names: str) -> bool:
         return all(name in self.metrics_present for name in names)
 
-    def path_available(self, name: str) -> bool:
-        return any(req.name == name for req in self.available)
+    def path_available(self, requirement_id: str) -> bool:
+        """Whether the evidence path with this `[[requires]]` id is present (an unknown id is a rule error)."""
+        wanted = self.rule.requirement(requirement_id)
+        return any(req.id == wanted.id for req in self.available)
 
     def rows(self, sql: str, params: dict | list | None = None) -> list[dict]:
         """Run SQL and return its rows as dicts (results are small: aggregates, not request rows)."""
@@ -133,10 +128,35 @@ class DetectorContext:
         return None if not row[0] else float(row[1] or 0.0)
 
 
+T_AT = "coalesce(t_arrival, t_first_token, t_end)"
+
 SCOPE_REQUESTS_SQL = """
 CREATE OR REPLACE TEMP VIEW scope_requests AS
-SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at
+SELECT *, {t_at} AS t_at, {t_window} AS t_window
 FROM requests WHERE {where}
+"""
+
+# Every window of the scope's layout (servlens/analysis/windows.py), so SQL rules see the windows Python ones do.
+SCOPE_WINDOWS_SQL = """
+CREATE OR REPLACE TEMP VIEW scope_windows AS
+SELECT CAST(i AS INTEGER) AS t_window,
+       TIMESTAMP '{t0}' + to_microseconds(CAST(i * {width_us} AS BIGINT)) AS w_start,
+       TIMESTAMP '{t0}' + to_microseconds(CAST((i + 1) * {width_us} AS BIGINT)) AS w_end,
+       CAST({width_s} AS DOUBLE) AS width_s, i = 0 AS is_first
+FROM range({count}) t(i)
+"""
+NO_WINDOWS_SQL = """
+CREATE OR REPLACE TEMP VIEW scope_windows AS
+SELECT CAST(NULL AS INTEGER) AS t_window, CAST(NULL AS TIMESTAMP) AS w_start, CAST(NULL AS TIMESTAMP) AS w_end,
+       CAST(NULL AS DOUBLE) AS width_s, CAST(NULL AS BOOLEAN) AS is_first
+WHERE false
+"""
+
+# The scope's metric samples with the role each plays (servlens/store/metric_roles.toml); `preference` orders the
+# names of one role (1 = the one to read when a rule wants a single series).
+SCOPE_ROLE_SAMPLES_SQL = """
+CREATE OR REPLACE TEMP VIEW scope_role_samples AS
+SELECT m.*, r.role, r.engine, r.preference FROM scope_metrics m JOIN metric_roles r ON r.name = m.name
 """
 
 SCOPE_METRICS_SQL = """
@@ -157,15 +177,29 @@ WHERE ((type = 'counter' AND series = 'value') OR (type IN ('histogram', 'summar
 """
 
 
-def set_scope_views(con: duckdb.DuckDBPyConnection, scope: Scope) -> None:
+def set_scope_views(con: duckdb.DuckDBPyConnection, scope: Scope) -> WindowSpec | None:
+    """Point the scope views at `scope` (and make sure the roles table and the rule functions exist); the scope's
+    window layout, None when no request has a time."""
+    metric_roles.install(con)
+    sql_functions.register(con)
     where = " AND ".join([_eq("run", scope.run), _eq("model", scope.model), _eq("deployment", scope.deployment)])
-    con.execute(SCOPE_REQUESTS_SQL.format(where=where))
+    t0, t1 = con.execute(f"SELECT min({T_AT}), max({T_AT}) FROM requests WHERE {where}").fetchone()
+    spec = spec_for(t0, t1) if t0 is not None else None
+    t_window = spec.index_sql(T_AT) if spec else "CAST(NULL AS INTEGER)"
+    con.execute(SCOPE_REQUESTS_SQL.format(where=where, t_at=T_AT, t_window=t_window))
+    if spec:
+        con.execute(SCOPE_WINDOWS_SQL.format(t0=t0.isoformat(sep=" "), width_us=int(round(spec.width_s * 1e6)),
+                                             width_s=spec.width_s, count=spec.count))
+    else:
+        con.execute(NO_WINDOWS_SQL)
     model_match = "TRUE" if scope.model is None else (
         f"(labels['model_name'] IS NULL OR labels['model_name'] = {sql_literal(scope.model)})"
     )
     metric_where = f"{_eq('run', scope.run)} AND {model_match}"
     con.execute(SCOPE_METRICS_SQL.format(where=metric_where))
     con.execute(SCOPE_COUNTER_INCREASES_SQL.format(where=metric_where))
+    con.execute(SCOPE_ROLE_SAMPLES_SQL)
+    return spec
 
 
 def list_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -212,29 +246,11 @@ def missing_reason(rule: Rule, columns: set[str], metrics: set[str]) -> str:
     """Why no evidence path of the rule is available, naming the missing columns and metrics of each."""
     parts = []
     for req in rule.requires:
-        missing = [c for c in req.columns if c not in columns] + [m for m in req.metrics if m not in metrics]
+        missing = [c for c in req.columns if c not in columns] + [m for m in req.metrics
+                                                                  if not req.metric_present(m, metrics)]
         parts.append(f"{req.name} (missing {', '.join(missing)})")
     lead = "needs " + ("one of: " if len(parts) > 1 else "")
     return lead + "; ".join(parts)
-
-
-class _SafeFormatter(string.Formatter):
-    """str.format over evidence values where a missing or non-numeric value prints as 'n/a' instead of raising."""
-
-    def get_value(self, key, args, kwargs):
-        return kwargs.get(key) if isinstance(key, str) else None
-
-    def format_field(self, value, format_spec):
-        if value is None:
-            return "n/a"
-        try:
-            return format(value, format_spec)
-        except (TypeError, ValueError):
-            return str(value)
-
-
-def fill_template(template: str, values: dict[str, Any]) -> str:
-    return _SafeFormatter().format(template, **values)
 
 
 def _clean(value: Any) -> Any:
@@ -252,16 +268,11 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _run_sql_detector(ctx: DetectorContext) -> dict:
-    import re
-
-    used = set(re.findall(r"\$([a-z][a-z0-9_]*)", ctx.rule.sql))
-    params = {name: ctx.params[name] for name in used}
-    try:
-        found = ctx.rows(ctx.rule.sql, params or None)
-    except duckdb.Error as exc:
-        raise ConfigError(f"{ctx.rule.path}: detector.sql failed for {ctx.rule.id}: {exc}",
-                          "Fix the rule's SQL; it reads scope_requests, scope_metrics and scope_counter_increases") from exc
+def _run_state_column_sql(ctx: DetectorContext) -> dict:
+    """A SQL rule of the older form (no [decide]): its one row carries state, summary and reason columns."""
+    cursor = run_sql(ctx.con, ctx.rule, "detector.sql", ctx.rule.sql, ctx.params)
+    names = [d[0] for d in cursor.description]
+    found = [dict(zip(names, row)) for row in cursor.fetchall()]
     if not found:
         return {"state": "clear", "summary": f"{ctx.rule.title}: not found."}
     row = dict(found[0])
@@ -284,8 +295,7 @@ def evaluate(con: duckdb.DuckDBPyConnection, rule: Rule, scope: Scope, params: d
     `presence` is prepare_scope's result when the caller already pointed the views at this scope.
     """
     columns, metrics = presence if presence is not None else prepare_scope(con, scope)
-    available = [req for req in rule.requires
-                 if all(c in columns for c in req.columns) and all(m in metrics for m in req.metrics)]
+    available = [req for req in rule.requires if req.available(columns, metrics)]
     base = {
         "rule": rule.id, "name": rule.name, "title": rule.title, "severity": rule.severity,
         "scope": scope.as_dict(), "reason": None, "remediation": "", "rollback": "",
@@ -297,7 +307,12 @@ def evaluate(con: duckdb.DuckDBPyConnection, rule: Rule, scope: Scope, params: d
                        "reason": missing_reason(rule, columns, metrics)}
     ctx = DetectorContext(con, rule, scope, params, columns, metrics, available, relative_clock,
                           set(source_formats or ()))
-    result = rule.resolve_python()(ctx) if rule.python else _run_sql_detector(ctx)
+    if rule.python:
+        result = rule.resolve_python()(ctx)
+    elif rule.contract:
+        result = run_contract(con, rule, params)
+    else:
+        result = _run_state_column_sql(ctx)
     state = result.get("state")
     if state not in STATES:
         raise ConfigError(f"{rule.id}'s detector returned state {state!r}", "A detector returns fired, clear or not_evaluable")

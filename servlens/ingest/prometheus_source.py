@@ -4,8 +4,8 @@
     session = open_session(pull)          # reaches the server first: down or 401 fails before any write
     summaries = session.pull_into(con, {"burst": (t0, t1)})   # one transaction for every run
 
-What is asked for: the normalised names the selected rules' `[[requires]]` name, widened through METRIC_ROLES
-to every engine family's series of the same role (a rule written against vLLM's waiting gauge also gets
+What is asked for: the normalised names the selected rules' `[[requires]]` name, widened through the metric-roles
+table (servlens/store/metric_roles.toml) to every engine family's series of the same role (a rule written against vLLM's waiting gauge also gets
 llama.cpp's deferred gauge, SGLang's and TGI's queue sizes), plus the roles the workload summary reads. They
 are fetched raw (no rate(), no sum: counters, gauges and histogram `_bucket/_sum/_count` as exposed) with one
 selector per range, `{__name__=~"(?:a|b|...)(?:_total|_bucket|_sum|_count)?", <--prometheus-selector
@@ -51,6 +51,7 @@ import duckdb
 from servlens.errors import InputError
 from servlens.ingest import sources as src
 from servlens.ingest.prometheus import METRIC_RENAMES, normalise_name
+from servlens.store import metric_roles
 
 TOKEN_ENV = "SERVLENS_PROMETHEUS_TOKEN"
 USER_ENV = "SERVLENS_PROMETHEUS_USER"
@@ -64,48 +65,9 @@ DEFAULT_INTERVAL_S = 15.0  # Prometheus' own default scrape_interval, used only 
 DEFAULT_PAD_S = 120.0
 SOURCE_FORMAT = "prometheus-api"
 
-# Each role's series in every engine family, as base names (reference/engines.md §1a, §4a, §5a, §6).
-# A rule that names one of them needs the role; the pull asks for the role's names in every family.
-METRIC_ROLES: dict[str, tuple[str, ...]] = {
-    "waiting": (
-        "vllm:num_requests_waiting",
-        "vllm:num_requests_waiting_by_reason",
-        "llamacpp:requests_deferred",
-        "sglang:num_queue_reqs",
-        "tgi_queue_size",
-    ),
-    "running": (
-        "vllm:num_requests_running",
-        "llamacpp:requests_processing",
-        "llamacpp:n_busy_slots_per_decode",
-        "sglang:num_running_reqs",
-        "tgi_batch_current_size",
-    ),
-    "kv_usage": ("vllm:kv_cache_usage_perc", "llamacpp:kv_cache_usage_ratio", "sglang:token_usage"),
-    "preemptions": ("vllm:num_preemptions", "sglang:num_retracted_reqs"),
-    "prefix_cache": (
-        "vllm:prefix_cache_queries",
-        "vllm:prefix_cache_hits",
-        "vllm:prompt_tokens",
-        "vllm:cache_config_info",
-        "llamacpp:prompt_tokens",
-        "llamacpp:prompt_tokens_cached",
-        "sglang:prompt_tokens",
-        "sglang:cached_tokens",
-        "sglang:cache_hit_rate",
-    ),
-    "finish_reasons": ("vllm:request_success", "tgi_request_success", "tgi_request_failure"),
-    "latency_histograms": (
-        "vllm:time_to_first_token_seconds",
-        "vllm:request_queue_time_seconds",
-        "vllm:request_prefill_time_seconds",
-        "sglang:time_to_first_token_seconds",
-        "sglang:queue_time_seconds",
-        "tgi_request_queue_duration",
-    ),
-}
-# What the workload summary reads whatever rules run (servlens.analysis.workload: running and waiting gauges).
-WORKLOAD_ROLES = ("waiting", "running")
+# What the workload summary reads whatever rules run (servlens.analysis.workload: running and waiting gauges):
+# the pull group that holds them in servlens/store/metric_roles.toml.
+WORKLOAD_GROUPS = ("queue",)
 _EXPOSED_SUFFIXES = ("_total", "_bucket", "_sum", "_count")
 _RETRY_STATUS = (429, 502, 503, 504)
 
@@ -115,19 +77,21 @@ class PrometheusError(InputError):
 
 
 def wanted_metrics(required: Iterable[str]) -> frozenset[str]:
-    """The normalised names to pull: `required`, every name sharing a role with one of them, the workload
-    roles."""
+    """The normalised names to pull: `required`, every name sharing a pull group with one of them (each engine
+    family's series of the same role, servlens/store/metric_roles.toml), the workload's groups."""
     required = {normalise_name(name) for name in required}
     wanted = set(required)
-    for role, names in METRIC_ROLES.items():
-        if role in WORKLOAD_ROLES or required & set(names):
+    for group, names in metric_roles.groups().items():
+        if group in WORKLOAD_GROUPS or required & set(names):
             wanted.update(names)
     return frozenset(wanted)
 
 
 def required_by(rules) -> list[str]:
-    """The metric names the rules' `[[requires]]` paths name (servlens.analysis.rules.Rule objects)."""
-    return sorted({m for rule in rules for req in rule.requires for m in req.metrics})
+    """The metric names the rules' `[[requires]]` paths name (servlens.analysis.rules.Rule objects); a
+    `role:NAME` entry names every metric of that role."""
+    named = {m for rule in rules for req in rule.requires for m in req.metrics}
+    return sorted({n for m in named for n in (metric_roles.names(m[5:]) if m.startswith("role:") else (m,))})
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
-"""SL006's one-sided Fisher test without scipy.stats: the same p-values as scipy on the tables readiness builds."""
+"""sl_fisher_greater_p (SL006's one-sided Fisher test) without scipy.stats: the same p-values as scipy on the tables readiness builds."""
 
 import pytest
 from scipy.stats import fisher_exact
 
-from servlens.analysis.detectors.readiness import fisher_exact_greater
+from servlens.analysis.sql_functions import fisher_exact_greater
 
 
 @pytest.mark.parametrize("table", [

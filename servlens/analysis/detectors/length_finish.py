@@ -44,7 +44,7 @@ def detect(ctx: DetectorContext) -> dict:
     p = ctx.params
     thresholds = {k: p[k] for k in ("max_length_share", "critical_share", "min_length_requests", "min_requests",
                                     "cap_inside_share")}
-    per_request = ctx.path_available("finish reasons") or ctx.path_available("completion tokens against max_tokens")
+    per_request = ctx.path_available("finish_reasons") or ctx.path_available("tokens_vs_max_tokens")
     benchmark = _is_benchmark(ctx)
     if not per_request:
         return _from_counter(ctx, thresholds, benchmark)

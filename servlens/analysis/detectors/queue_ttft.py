@@ -70,10 +70,10 @@ def _metric_max(ctx: DetectorContext, names: tuple[str, ...], first: int, last: 
 def detect(ctx: DetectorContext) -> dict:
     p = ctx.params
     spec = ctx.window
-    per_request_wait = ctx.path_available("per-request queue time") or ctx.path_available("per-request prefill time")
-    per_request = per_request_wait or ctx.path_available("vLLM waiting-requests gauge") or ctx.path_available(
-        "llama.cpp deferred-requests gauge")
-    if not per_request and ctx.path_available("vLLM TTFT and queue-time histograms"):
+    per_request_wait = ctx.path_available("queue_time") or ctx.path_available("prefill_time")
+    per_request = per_request_wait or ctx.path_available("vllm_waiting_gauge") or ctx.path_available(
+        "llamacpp_deferred_gauge")
+    if not per_request and ctx.path_available("vllm_histograms"):
         return _from_histograms(ctx)
     if spec is None:
         return not_evaluable("no request has an arrival, first-token or end time (t_arrival, t_first_token, t_end)",

@@ -15,12 +15,11 @@ ready. The time to ready is the first success after the start.
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
-from fractions import Fraction
 
 from servlens.analysis.detectors._common import chart, not_evaluable, pct, rounded, secs, table
 from servlens.analysis.runner import DetectorContext
+from servlens.analysis.sql_functions import fisher_exact_greater
 from servlens.analysis.windows import iso
 
 CLIENT_ERROR_STATUSES = (400, 401, 403, 413, 422, 429)
@@ -176,20 +175,3 @@ def detect(ctx: DetectorContext) -> dict:
                               "rotation) if it still fails every request in the first {ready_window_s:.0f} s, or if "
                               "the gateway's error rate rises above today's.")
     return result
-
-
-def fisher_exact_greater(a: int, b: int, c: int, d: int) -> float:
-    """One-sided Fisher's exact test on [[a, b], [c, d]] (alternative: the first row's share of the first column is
-    greater): P(X >= a) for X hypergeometric with the table's margins, summed exactly in integers.
-
-    The same p-value as scipy.stats.fisher_exact(..., alternative="greater") (to its last digits; below 1e-259
-    scipy's own value drifts), without importing scipy.stats: about a second at start-up, for one 2x2 table per
-    start. A large first row (an early window of thousands of requests) makes the integers huge: scipy then.
-    """
-    row1, col1, total = a + b, a + c, a + b + c + d
-    if (min(row1, col1) - a + 1) * min(row1, total - row1) > 200_000:
-        from scipy.stats import fisher_exact
-
-        return float(fisher_exact([[a, b], [c, d]], alternative="greater").pvalue)
-    tail = sum(math.comb(col1, x) * math.comb(total - col1, row1 - x) for x in range(a, min(row1, col1) + 1))
-    return float(Fraction(tail, math.comb(total, row1)))

@@ -44,7 +44,7 @@ def _concurrency_table(ctx: DetectorContext) -> str:
     # not judged (they still occupy the engine above). Unknown token counts are kept.
     base = (f"SELECT * FROM ({everyone}) WHERE tpot_s IS NOT NULL "
             f"AND coalesce(completion_tokens, {int(ctx.params['min_completion_tokens'])}) >= {int(ctx.params['min_completion_tokens'])}")
-    if ctx.path_available("TPOT with request overlap"):
+    if ctx.path_available("tpot_overlap"):
         # With the engine's own times, a request without them (a client timeout, an error) has no known busy
         # interval: from arrival to its end it was mostly waiting, and counting it would inflate the concurrency.
         engine_only = "AND decode_s IS NOT NULL" if ctx.has("decode_s") else ""
