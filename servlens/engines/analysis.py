@@ -32,18 +32,82 @@ from servlens.errors import ConfigError
 _PARAM = re.compile(r"\$([a-z][a-z0-9_]*)")
 
 
-def scope_views(scope: Scope) -> dict[str, str]:
-    """The runner's scope views (servlens/analysis/runner.py) as portable SQL, for one scope."""
-    def eq(column: str, value: Any) -> str:
-        return f"{column} IS NULL" if value is None else f"{column} = {sql_literal(value)}"
+def _literal_rows(columns: list[tuple[str, str]], rows: list[list]) -> str:
+    """Rows as portable SQL (a UNION ALL of literal SELECTs; typed and empty when there are none)."""
+    if not rows:
+        return "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in columns) + " WHERE 1 = 0"
+    return " UNION ALL ".join(
+        "SELECT " + ", ".join(f"CAST({_value_literal(v)} AS {t}) AS {c}" for (c, t), v in zip(columns, row))
+        for row in rows)
 
-    where = " AND ".join([eq("run", scope.run), eq("model", scope.model), eq("deployment", scope.deployment)])
+
+def _value_literal(value: Any) -> str:
+    if isinstance(value, datetime):
+        return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return "NULL"  # NaN / inf print as no value in a servlens document anyway
+    return sql_literal(value)
+
+
+def _metric_roles_sql() -> str:
+    from servlens.store.metric_roles import load_roles
+
+    order: dict[str, int] = {}
+    rows = []
+    for row in load_roles():
+        order[row.role] = order.get(row.role, 0) + 1
+        rows.append([row.role, row.engine, row.name, row.kind, row.group, order[row.role]])
+    return _literal_rows([("role", "VARCHAR"), ("engine", "VARCHAR"), ("name", "VARCHAR"), ("kind", "VARCHAR"),
+                          ("pull_group", "VARCHAR"), ("preference", "INTEGER")], rows)
+
+
+_DIGITS = " UNION ALL ".join(f"SELECT {d} AS d" for d in range(10))
+
+
+def _windows_sql(spec) -> str:
+    """scope_windows (runner.SCOPE_WINDOWS_SQL) without DuckDB's range(): window numbers from a digits cross join
+    (up to 10,000 windows), bounds as seconds after the first request."""
+    if spec is None:
+        return ("SELECT CAST(NULL AS INTEGER) AS t_window, CAST(NULL AS TIMESTAMP) AS w_start, "
+                "CAST(NULL AS TIMESTAMP) AS w_end, CAST(NULL AS DOUBLE) AS width_s, CAST(NULL AS BOOLEAN) AS is_first "
+                "WHERE 1 = 0")
+    t0 = spec.t0.isoformat(sep=" ")
+    width_us = int(round(spec.width_s * 1e6))
+    return (f"SELECT CAST(i AS INTEGER) AS t_window, "
+            f"TIMESTAMP '{t0}' + to_microseconds(CAST(i * {width_us} AS BIGINT)) AS w_start, "
+            f"TIMESTAMP '{t0}' + to_microseconds(CAST((i + 1) * {width_us} AS BIGINT)) AS w_end, "
+            f"CAST({spec.width_s} AS DOUBLE) AS width_s, i = 0 AS is_first "
+            f"FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d AS i FROM ({_DIGITS}) a CROSS JOIN ({_DIGITS}) b "
+            f"CROSS JOIN ({_DIGITS}) c CROSS JOIN ({_DIGITS}) e) digits WHERE i < {spec.count}")
+
+
+def _eq(column: str, value: Any) -> str:
+    return f"{column} IS NULL" if value is None else f"{column} = {sql_literal(value)}"
+
+
+def _scope_where(scope: Scope) -> str:
+    return " AND ".join([_eq("run", scope.run), _eq("model", scope.model), _eq("deployment", scope.deployment)])
+
+
+def scope_views(scope: Scope, spec=None, sources: list[dict] | None = None) -> dict[str, str]:
+    """The runner's scope views (servlens/analysis/runner.py) as portable SQL, for one scope; `spec` is its window
+    layout (None: no request has a time), `sources` the export's source files (for examples)."""
+    from servlens.analysis.runner import T_AT
+
+    where = _scope_where(scope)
+    t_window = spec.index_sql(T_AT) if spec else "CAST(NULL AS INTEGER)"
     model_match = "TRUE" if scope.model is None else (
         f"(labels['model_name'] IS NULL OR labels['model_name'] = {sql_literal(scope.model)})")
-    metric_where = f"{eq('run', scope.run)} AND {model_match}"
+    metric_where = f"{_eq('run', scope.run)} AND {model_match}"
     return {
-        "scope_requests": f"SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at FROM requests WHERE {where}",
+        "scope_requests": f"SELECT *, {T_AT} AS t_at, {t_window} AS t_window FROM requests WHERE {where}",
+        "scope_windows": _windows_sql(spec),
         "scope_metrics": f"SELECT * FROM metric_samples WHERE {metric_where}",
+        "metric_roles": _metric_roles_sql(),
+        "scope_role_samples": "SELECT m.*, r.role, r.engine, r.preference FROM scope_metrics m "
+                              "JOIN metric_roles r ON r.name = m.name",
+        "sources": _literal_rows([("source_id", "INTEGER"), ("path", "VARCHAR")],
+                                 [[s["source_id"], s["path"]] for s in (sources or [])]),
         # The store's metric_counter_increases (a drop is a restart: the new value is the increase), per series;
         # the labels are the series key as text because Spark cannot partition by a MAP.
         "scope_counter_increases": f"""
@@ -60,9 +124,9 @@ def scope_views(scope: Scope) -> dict[str, str]:
 
 
 class _Cursor:
-    def __init__(self, rows: list[dict]):
+    def __init__(self, rows: list[dict], columns: list[str] | None = None):
         self._rows = rows
-        self.description = [(name,) for name in (rows[0] if rows else {})]
+        self.description = [(name,) for name in (rows[0] if rows else (columns or []))]
 
     def fetchall(self) -> list[tuple]:
         return [tuple(r.values()) for r in self._rows]
@@ -71,8 +135,9 @@ class _Cursor:
         return tuple(self._rows[0].values()) if self._rows else None
 
 
-_TEMP_VIEW = re.compile(r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?TEMP(?:ORARY)?\s+VIEW\s+(\w+)\s+AS\s+(.*)$",
-                        re.IGNORECASE | re.DOTALL)
+_TEMP = re.compile(r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?TEMP(?:ORARY)?\s+(VIEW|TABLE)\s+(\w+)\s+AS\s+(.*)$",
+                   re.IGNORECASE | re.DOTALL)
+_DROP = re.compile(r"^\s*DROP\s+(?:VIEW|TABLE)\s+(?:IF\s+EXISTS\s+)?(\w+)\s*;?\s*$", re.IGNORECASE)
 
 
 class EngineConnection:
@@ -90,11 +155,35 @@ class EngineConnection:
         elif params:
             values = iter(params)
             sql = re.sub(r"\?", lambda m: sql_literal(next(values)), sql)
-        view = _TEMP_VIEW.match(sql)
-        if view:
-            self.views[view.group(1)] = view.group(2).strip().rstrip(";")
+        dropped = _DROP.match(sql)
+        if dropped:
+            self.views.pop(dropped.group(1), None)
             return _Cursor([])
-        return _Cursor(self.engine.query(sql, views=self.views))
+        created = _TEMP.match(sql)
+        if created:
+            kind, name, body = created.group(1).upper(), created.group(2), created.group(3).strip().rstrip(";")
+            if kind == "VIEW":
+                self.views[name] = body
+            else:  # a temp table (the rule's metrics row): computed once, then a literal row the engine reads
+                rows = self.engine.query(body, views=self.views)
+                columns = list(rows[0]) if rows else []
+                self.views[name] = (" UNION ALL ".join(
+                    "SELECT " + ", ".join(f"{_value_literal(row[c])} AS {c}" for c in columns) for row in rows)
+                    if rows else "SELECT NULL AS none WHERE 1 = 0")
+            return _Cursor([])
+        rows = self.engine.query(sql, views=self.views)
+        if len(rows) == 1 and list(rows[0]) == ["decided"] and rows[0]["decided"] in (0, 1):
+            rows = [{"decided": bool(rows[0]["decided"])}]  # ClickHouse answers a predicate with 0/1
+        return _Cursor(rows, self.engine.last_columns)
+
+
+def _window_spec(engine: Engine, scope: Scope):
+    """The scope's window layout (runner.set_scope_views cuts the same one), None when no request has a time."""
+    from servlens.analysis.runner import T_AT
+    from servlens.analysis.windows import spec_for
+
+    row = engine.query(f"SELECT min({T_AT}) AS t0, max({T_AT}) AS t1 FROM requests WHERE {_scope_where(scope)}")[0]
+    return spec_for(row["t0"], row["t1"]) if row["t0"] is not None else None
 
 
 def _present(conn: EngineConnection) -> tuple[set[str], set[str]]:
@@ -185,8 +274,10 @@ def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None 
     formats = {s["format"] for s in cover["sources"] if s["format"]}
     conn = EngineConnection(engine)
     findings = []
+    manifest = _manifest(engine)
+    sources = [s for run in runs for s in manifest.get("runs", {}).get(run, {}).get("sources", [])]
     for scope in _scopes(engine, runs):
-        conn.views = scope_views(scope)
+        conn.views = scope_views(scope, _window_spec(engine, scope), sources)
         presence = _present(conn)
         for rule in rules:
             reason = not_portable_reason(rule, engine)

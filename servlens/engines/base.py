@@ -99,6 +99,7 @@ class Engine:
         self.stats = QueryStats()
         self.source: TableSource | None = None
         self.tables: dict[str, str] = {}     # canonical name -> what the engine's SQL reads
+        self.last_columns: list[str] = []    # the column names of the last result (an empty one has them too)
 
     @property
     def dialect(self) -> str:

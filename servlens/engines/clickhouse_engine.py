@@ -50,7 +50,9 @@ class ChDBEngine(Engine):
         self.tables[table] = f"servlens_bound.{table}"
 
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
-        return self._session.query(native_sql, "ArrowTable").to_pylist()
+        table = self._session.query(native_sql, "ArrowTable")
+        self.last_columns = list(table.column_names)
+        return table.to_pylist()
 
     def _columns_of_empty(self, table: str) -> list[str]:
         return [row["name"] for row in self._fetch(f"DESCRIBE TABLE {self.tables[table]}", 10_000)]
@@ -99,6 +101,7 @@ class ClickHouseServerEngine(Engine):
 
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
         result = self._client.query(native_sql)
+        self.last_columns = list(result.column_names)
         return [dict(zip(result.column_names, row)) for row in result.result_rows]
 
     def _columns_of_empty(self, table: str) -> list[str]:

@@ -77,7 +77,8 @@ class DuckDBEngine(Engine):
 
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
         cursor = self.con.execute(native_sql)
-        names = [d[0] for d in cursor.description]
+        names = [d[0] for d in cursor.description] if cursor.description else []
+        self.last_columns = names
         return [dict(zip(names, row)) for row in cursor.fetchmany(limit)]
 
     def execute(self, native_sql: str) -> None:

@@ -16,6 +16,7 @@ meaning it relies on; sqlglot only prints the result. What is mapped, per engine
 | epoch(t) (seconds, with the fraction)         | toUnixTimestamp64Micro(t) / 1e6              | unix_micros(t) / 1e6                   |
 | TIMESTAMP '...' and CAST(x AS TIMESTAMP)      | DateTime64(6, 'UTC') (DateTime drops the µs) | TIMESTAMP_NTZ                          |
 | regr_slope(y, x)                              | simpleLinearRegression(x, y).1, NULL on no pair | regr_slope(y, x)                    |
+| ts + to_microseconds(n)                       | ts + toIntervalMicrosecond(n)                | timestamp_micros(unix_micros(ts) + n)  |
 | labels['k'] (a MAP; NULL when the key is absent) | if(mapContains(labels, 'k'), labels['k'], NULL) | try_element_at(labels, 'k')     |
 | a / b                                         | a / b (inf / nan on zero, as DuckDB)         | try_divide(a, b) (NULL on zero)        |
 | GROUP BY ALL                                  | expanded to the non-aggregate select items   | expanded                               |
@@ -209,7 +210,64 @@ def _ch_regr_slope(node: exp.RegrSlope):
     return exp.If(this=exp.EQ(this=pairs, expression=exp.Literal.number(0)), true=exp.Null(), false=slope)
 
 
+def _is_to_microseconds(node) -> bool:
+    return isinstance(node, exp.Anonymous) and str(node.this).lower() == "to_microseconds"
+
+
+def _ch_anonymous(node: exp.Anonymous):
+    if _is_to_microseconds(node):  # DuckDB's INTERVAL of n µs
+        return exp.Anonymous(this="toIntervalMicrosecond", expressions=[e.copy() for e in node.expressions])
+    return None
+
+
+def _ch_string_agg(node: exp.GroupConcat, condition: exp.Expression | None = None):
+    """string_agg(x, sep [ORDER BY k [DESC], ...]) [FILTER (WHERE c)]: ClickHouse aggregates take no ORDER BY, so
+    the pairs (x, keys) are collected (groupArrayIf: NULL x skipped, as string_agg does), sorted by the keys (a
+    descending key is negated: numbers only) and joined."""
+    inner = node.this
+    value, keys = (inner.this, inner.expressions) if isinstance(inner, exp.Order) else (inner, [])
+    separator = node.args.get("separator") or exp.Literal.string(",")
+    sort_keys = []
+    for key in keys:
+        term = key.this.copy()
+        sort_keys.append(exp.Neg(this=exp.Paren(this=term)) if key.args.get("desc") else term)
+    keep = exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null()))
+    if condition is not None:
+        keep = exp.and_(keep, exp.Paren(this=condition.copy()))
+    pair = exp.Tuple(expressions=[value.copy(), exp.Tuple(expressions=sort_keys or [exp.Literal.number(0)])])
+    collected = exp.Anonymous(this="groupArrayIf", expressions=[pair, keep])
+    element = exp.Anonymous(this="tupleElement", expressions=[exp.to_identifier("p"), exp.Literal.number(1)])
+    ordered = exp.Anonymous(this="arraySort", expressions=[
+        exp.Lambda(this=exp.Anonymous(this="tupleElement", expressions=[exp.to_identifier("p"), exp.Literal.number(2)]),
+                   expressions=[exp.to_identifier("p")]), collected])
+    values = exp.Anonymous(this="arrayMap", expressions=[
+        exp.Lambda(this=element, expressions=[exp.to_identifier("p")]), ordered])
+    joined = exp.Anonymous(this="arrayStringConcat", expressions=[values, separator.copy()])
+    # string_agg over no row is NULL, arrayStringConcat of [] is ''
+    return exp.Anonymous(this="nullIf", expressions=[joined, exp.Literal.string("")])
+
+
+def _ch_filter(node: exp.Filter):
+    if isinstance(node.this, exp.GroupConcat):
+        return _ch_string_agg(node.this, node.expression.this)
+    return None
+
+
+def _ch_group_concat(node: exp.GroupConcat):
+    return None if isinstance(node.parent, exp.Filter) else _ch_string_agg(node)
+
+
+def _ch_bool_agg(node):
+    """bool_or / bool_and: max / min of the booleans (NULLs skipped, NULL over no known value, as DuckDB)."""
+    return exp.Anonymous(this="max" if isinstance(node, exp.LogicalOr) else "min", expressions=[node.this.copy()])
+
+
 _CLICKHOUSE = {
+    exp.LogicalOr: _ch_bool_agg,
+    exp.LogicalAnd: _ch_bool_agg,
+    exp.Filter: _ch_filter,
+    exp.GroupConcat: _ch_group_concat,
+    exp.Anonymous: _ch_anonymous,
     exp.WithinGroup: _ch_percentile,
     exp.PercentileCont: _ch_percentile,
     exp.Median: _ch_percentile,
@@ -274,7 +332,17 @@ def _spark_div(node: exp.Div):
     return exp.Anonymous(this="try_divide", expressions=[node.this, node.expression])
 
 
+def _spark_add(node: exp.Add):
+    """ts + to_microseconds(n) -> the timestamp n µs later (Spark has no µs interval constructor for any n)."""
+    if not _is_to_microseconds(node.expression):
+        return None
+    shifted = exp.Add(this=_micros(node.this), expression=node.expression.expressions[0].copy())
+    stamp = exp.Anonymous(this="timestamp_micros", expressions=[exp.Cast(this=shifted, to=exp.DataType.build("BIGINT"))])
+    return exp.Cast(this=stamp, to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark"))
+
+
 _SPARK = {
+    exp.Add: _spark_add,
     exp.WithinGroup: _spark_percentile,
     exp.PercentileCont: _spark_percentile,
     exp.Median: _spark_percentile,

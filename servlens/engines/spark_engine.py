@@ -61,7 +61,9 @@ class SparkEngine(Engine):
         self.tables[table] = table
 
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
-        return self.spark.sql(native_sql).limit(limit).toArrow().to_pylist()
+        table = self.spark.sql(native_sql).limit(limit).toArrow()
+        self.last_columns = list(table.column_names)
+        return table.to_pylist()
 
     def execute(self, native_sql: str) -> None:
         self.spark.sql(native_sql)

@@ -23,11 +23,13 @@ from servlens.engines.base import same_number
 from servlens.store.schema import open_store
 
 USER_RULES = Path(__file__).resolve().parents[1] / "analysis" / "data" / "user_rules"
+# a SQL-first user rule (the contract's example): views, windows, a chart, a severity upgrade
+SQL_USER_RULES = Path(__file__).resolve().parents[1] / "analysis" / "data" / "sql_user_rules"
 RUNS = ["gw-timeout-fallback", "llamacpp-concurrency-ramp", "llamacpp-reasoning-auto", "edge"]
 
 
 def _rules():
-    return load_rules([USER_RULES])
+    return load_rules([USER_RULES, SQL_USER_RULES])
 
 
 def _sql_rule_ids(rules) -> set[str]:
@@ -69,7 +71,8 @@ def check_engine_parity(duckdb_engine, engine) -> dict:
     assert set(got) == set(reference)
     problems = []
     sql_rules = _sql_rule_ids(rules)
-    assert sql_rules, "the user rule is SQL"
+    contract_rules = {r.id for r in rules if r.sql and r.contract}
+    assert {"XY901", "SL003", "UR001"} <= sql_rules and {"SL003", "UR001"} <= contract_rules
     for key, ref in reference.items():
         finding = got[key]
         if key[0] in sql_rules:
@@ -78,6 +81,13 @@ def check_engine_parity(duckdb_engine, engine) -> dict:
             for name, value in ref["evidence"]["metrics"].items():
                 if not same_number(value, finding["evidence"]["metrics"].get(name), rel=1e-12):
                     problems.append(f"{key} {name}: {finding['evidence']['metrics'].get(name)!r} vs {value!r}")
+            if key[0] in contract_rules:  # the whole finding: sentences, table, chart, windows, examples
+                for part in ("summary", "reason", "remediation", "rollback", "examples"):
+                    if finding[part] != ref[part]:
+                        problems.append(f"{key} {part}: {finding[part]!r} vs {ref[part]!r}")
+                for part in ("table", "chart", "windows"):
+                    if finding["evidence"].get(part) != ref["evidence"].get(part):
+                        problems.append(f"{key} evidence.{part} differs")
         else:
             assert finding["state"] == "not_evaluable"
             assert f"not evaluable on {engine.name}: {key[0]}'s detector is Python" in finding["reason"]
@@ -100,6 +110,13 @@ def _values_shown(doc: dict) -> int:
                 if isinstance(item, dict) and "series" in item:
                     shown += max((len(series["x"]) for series in item["series"]), default=0)
         shown += 2  # its counts row and the window origin
+    for finding in doc["findings"]:
+        evidence = finding["evidence"]
+        shown += len((evidence.get("table") or {}).get("rows", []))
+        shown += sum(len(series["x"]) for series in (evidence.get("chart") or {}).get("series", []))
+        shown += len((evidence.get("chart") or {}).get("hlines", [])) + len(evidence.get("windows") or [])
+        shown += len(finding["examples"])
+        shown += 4  # a SQL finding's metrics row and its decide predicates (not evaluable, fired, severity)
     return shown
 
 
