@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -44,7 +45,7 @@ def _literal_rows(columns: list[tuple[str, str]], rows: list[list]) -> str:
 def _value_literal(value: Any) -> str:
     if isinstance(value, datetime):
         return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+    if isinstance(value, float) and not math.isfinite(value):
         return "NULL"  # NaN / inf print as no value in a servlens document anyway
     return sql_literal(value)
 
@@ -72,7 +73,7 @@ def _windows_sql(spec) -> str:
                 "CAST(NULL AS TIMESTAMP) AS w_end, CAST(NULL AS DOUBLE) AS width_s, CAST(NULL AS BOOLEAN) AS is_first "
                 "WHERE 1 = 0")
     t0 = spec.t0.isoformat(sep=" ")
-    width_us = int(round(spec.width_s * 1e6))
+    width_us = round(spec.width_s * 1e6)
     return (f"SELECT CAST(i AS INTEGER) AS t_window, "
             f"TIMESTAMP '{t0}' + to_microseconds(CAST(i * {width_us} AS BIGINT)) AS w_start, "
             f"TIMESTAMP '{t0}' + to_microseconds(CAST((i + 1) * {width_us} AS BIGINT)) AS w_end, "
