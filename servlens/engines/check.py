@@ -20,7 +20,7 @@ from servlens.engines.functions import UnsupportedSQL
 from servlens.engines.schema import canonical_columns
 
 # Printed like calls but syntax, not functions an engine lists.
-_SYNTAX = {"case", "cast", "try_cast", "extract", "interval", "filter", "over", "within"}
+_SYNTAX = {"case", "cast", "try_cast", "extract", "interval", "filter", "over", "within", "coalesce"}
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 # One probe per construct of the function map (servlens/engines/functions.py), over the canonical columns.
@@ -89,13 +89,31 @@ def check_sql(engine: Engine, name: str, sql: str, available: set[str], run: boo
 
 
 def rule_sql(rule) -> dict[str, str]:
-    """Every piece of SQL a rule sends: its detector and, with the SQL-first contract, decide and evidence SQL."""
+    """Every piece of SQL a rule sends (docs/rules-contract.md), macros expanded and the default parameters
+    written in: its views, detector, decide predicates and evidence SQL, keyed as in the TOML."""
+    from servlens.analysis.rule_sql import prepare
+
+    params = rule.default_params()
     found = {}
-    if getattr(rule, "sql", None):
-        found["detector"] = rule.sql
-    for key in ("evidence_sql", "decide_sql"):
-        for part, sql in (getattr(rule, key, None) or {}).items():
-            found[f"{key.split('_')[0]}.{part}"] = sql
+    contract = getattr(rule, "contract", None)
+    if contract:
+        for name, sql in contract.views.items():
+            found[f"views.{name}"] = prepare(sql, params)
+    if rule.sql:
+        found["detector.sql"] = prepare(rule.sql, params)
+    if contract:
+        decide = contract.decide
+        predicates = {"decide.fired": decide.fired, "decide.not_evaluable": decide.not_evaluable}
+        predicates |= {f"decide.severity[{i}].when": entry.when for i, entry in enumerate(decide.severity)}
+        for key, predicate in predicates.items():
+            if predicate:
+                found[key] = f"SELECT ({prepare(predicate, params)}) AS decided FROM rule_metrics"
+        for kind, spec in contract.evidence.items():
+            for key in ("sql", "hlines_sql", "vlines_sql", "vspans_sql"):
+                if key in spec.spec:
+                    found[f"evidence.{kind}.{key}"] = prepare(spec.spec[key], params)
+            if kind == "examples":
+                found["evidence.examples.where"] = f"SELECT 1 FROM scope_requests WHERE {prepare(spec.spec['where'], params)}"
     return found
 
 

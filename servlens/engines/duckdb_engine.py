@@ -91,6 +91,9 @@ class DuckDBEngine(Engine):
         return duckdb.__version__
 
     def functions(self) -> set[str]:
+        from servlens.analysis import sql_functions
+
+        sql_functions.register(self.con)  # the rules' statistical functions live on every servlens DuckDB
         return {row[0].lower() for row in self.con.execute("SELECT DISTINCT function_name FROM duckdb_functions()").fetchall()}
 
     def close(self) -> None:

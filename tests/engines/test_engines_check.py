@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from servlens.analysis.rules import load_rules
 from servlens.engines import TableSource, open_engine
@@ -40,6 +41,17 @@ def test_a_missing_function_is_named(chdb_engine):
     assert not result.ok
 
 
+def test_a_rule_calling_a_duckdb_udf_is_not_portable(chdb_engine, tmp_path):
+    """sl_fisher_greater_p is registered on DuckDB only: the check names it for the rule that calls it."""
+    source = (Path(__file__).resolve().parents[1] / "analysis" / "data" / "user_rules" / "XY901-high-error-rate.toml")
+    text = source.read_text().replace("count(*) AS requests,", "sl_fisher_greater_p(1, 2, 3, 4) AS p, count(*) AS requests,")
+    (tmp_path / "XY901-high-error-rate.toml").write_text(text)
+    rules = [r for r in load_rules([tmp_path]) if r.id == "XY901"]
+    verdict = check_engine(chdb_engine, rules, tables_bound=False)["rules"][0]
+    assert not verdict["runs"]
+    assert verdict["reason"] == "XY901 detector.sql: the engine lacks sl_fisher_greater_p"
+
+
 def test_functions_called_reads_the_translation():
     native = "SELECT quantileExactInclusive(0.99)(x), countIf(y > 1), dateDiff('second', a, b) FROM t"
     # as sqlglot prints them back for ClickHouse (date_diff is ClickHouse's own alias of dateDiff)
@@ -59,6 +71,7 @@ def test_engines_check_command_on_chdb(export_dir):
     assert result.returncode == 1  # the Python detectors do not run there
     assert "exact quantile  ok (ran)" in result.stdout
     assert "SL004   not here: a Python detector" in result.stdout
+    assert "SL003   runs here" in result.stdout  # SQL-first: views, detector, decide and evidence all translate
 
 
 def test_an_unknown_engine_is_one_sentence():
