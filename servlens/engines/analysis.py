@@ -27,7 +27,7 @@ from servlens.analysis.runner import (
     sort_findings,
     sql_literal,
 )
-from servlens.engines.base import Engine
+from servlens.engines.base import Engine, EngineError
 from servlens.errors import ConfigError
 
 _PARAM = re.compile(r"\$([a-z][a-z0-9_]*)")
@@ -283,9 +283,13 @@ def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None 
         for rule in rules:
             reason = not_portable_reason(rule, engine)
             if reason is None:
-                findings.append(evaluate(conn, rule, scope, params[rule.id], cover["time_span"]["relative_clock"],
-                                         formats, presence))
-                continue
+                try:
+                    findings.append(evaluate(conn, rule, scope, params[rule.id],
+                                             cover["time_span"]["relative_clock"], formats, presence))
+                    continue
+                except EngineError as exc:  # one rule the engine refuses: not evaluable there, the rest goes on
+                    conn.views = {k: v for k, v in conn.views.items() if k in scope_views(scope)}
+                    reason = f"not evaluable on {engine.name}: the engine refused {rule.id}'s SQL: {exc.engine_message}"
             columns, metrics = presence
             available = [req for req in rule.requires
                          if all(c in columns for c in req.columns) and all(m in metrics for m in req.metrics)]

@@ -235,12 +235,30 @@ class Engine:
         self.close()
 
 
+def _own_cte_names(view: str, body):
+    """A view's own CTEs renamed `<view>__<cte>`: Spark hoists nested CTEs to the top, where two views' `p` (or the
+    query's) would clash."""
+    from sqlglot import exp
+
+    names = {cte.alias for cte in body.find_all(exp.CTE)}
+    if not names:
+        return body
+    for cte in body.find_all(exp.CTE):
+        cte.set("alias", exp.TableAlias(this=exp.to_identifier(f"{view}__{cte.alias}")))
+    for table in body.find_all(exp.Table):
+        if not table.db and table.name in names:
+            alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
+            table.set("this", exp.to_identifier(f"{view}__{table.name}"))
+            table.set("alias", alias)
+    return body
+
+
 def with_views(tree, views: dict[str, str]):
     """`tree` with the views it reads (directly or through another view) as leading CTEs, dependencies first."""
     from sqlglot import exp
 
     defined = {cte.alias for cte in tree.find_all(exp.CTE)}
-    parsed = {name: parse(sql) for name, sql in views.items()}
+    parsed = {name: _own_cte_names(name, parse(sql)) for name, sql in views.items()}
 
     def reads(node) -> set[str]:
         return {t.name for t in node.find_all(exp.Table) if not t.db} & set(views)
@@ -273,7 +291,11 @@ class EngineError(ConfigError):
     exit_code = 2
 
     def __init__(self, engine: Engine, native_sql: str, exc: Exception):
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        # a JVM error (py4j) says only "An error occurred while calling ..." first: the cause is a later line
+        if lines and lines[0].startswith("An error occurred while calling"):
+            lines = [line.lstrip(": ") for line in lines[1:] if "Exception" in line or "[" in line] or lines
+        first = lines[0] if lines else type(exc).__name__
         self.engine_message = first
         self.native_sql = native_sql
         super().__init__(f"{engine.name} could not run a query: {first[:300]}",
