@@ -24,6 +24,8 @@ COMMANDS: dict[str, str] = {
     "runs": "servlens.commands.runs:runs",
     "formats": "servlens.commands.formats:formats",
     "rules": "servlens.commands.rules:rules",
+    "export": "servlens.commands.export:export",
+    "engines": "servlens.commands.engines:engines",
 }
 
 

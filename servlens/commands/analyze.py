@@ -54,13 +54,20 @@ def _split(values: tuple[str, ...]) -> list[str]:
 @click.option("--verbose", "-v", is_flag=True,
               help="Text output: each finding's evidence, examples, what to do and rollback, every check with "
                    "its reason, and the full workload profile (JSON, Markdown and HTML always have them).")
+@click.option("--engine", "engine_url", default=None, metavar="URL",
+              help="Run where the data is: duckdb (default), chdb, clickhouse://HOST:PORT/DB, spark:local[N], "
+                   "spark://HOST:PORT or sc://HOST:PORT.")
+@click.option("--table", "table", default=None, metavar="TABLE|parquet:DIR",
+              help="With --engine: the canonical requests table (metric_samples beside it), or parquet:DIR "
+                   "(what 'servlens export --parquet DIR' wrote).")
 @click.option("--templates", "templates_dir", type=click.Path(file_okay=False), default=None,
               help="With --format html: a folder of templates that replace the built-in ones.")
 @prometheus_options()
 @output_options
 @click.pass_context
 def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select, ignore, preview, settings, fail_on,
-            slo, verbose, templates_dir, prometheus_url, prometheus_selector, prometheus_start, prometheus_end,
+            slo, verbose, engine_url, table, templates_dir, prometheus_url, prometheus_selector, prometheus_start,
+            prometheus_end,
             output_format, out):
     """Find incidents in request logs and engine metrics: run the rules and report each finding with its evidence.
 
@@ -80,6 +87,8 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
         servlens analyze incident-1128/ --verbose
         servlens analyze incident-1128/ --prometheus http://prom:9090 --prometheus-selector '{job="llm"}'
         servlens analyze incident-1128/ --slo ttft=2s,tpot=100ms
+        servlens analyze --engine spark:local[2] --table parquet:out/servlens --run prod-1128
+        servlens analyze --engine chdb --table parquet:out/servlens --run prod-1128
     """
     from servlens.analysis.goodput import parse_slo
     from servlens.analysis.rules import load_rules, parse_overrides, runnable, select_rules
@@ -100,11 +109,21 @@ def analyze(ctx, paths, metrics_paths, db, runs, from_format, rules_dirs, select
     pull = prometheus_pull(prometheus_url, prometheus_selector, prometheus_start, prometheus_end, selected)
     targets = parse_slo(slo)
 
-    con, analysed_runs, skipped = _open(ctx, paths, metrics_paths, db, runs, from_format, pull)
-    try:
-        doc = run_analysis(con, selected, analysed_runs, overrides, targets)
-    finally:
-        con.close()
+    if engine_url or table:
+        if paths or metrics_paths or pull:
+            raise ConfigError("--engine and --table analyse tables where they are, not files",
+                              "Drop the files, or drop --engine/--table")
+        from servlens.engines.analysis import analyze_where_the_data_is
+
+        store = resolve_db(ctx, db) if not (table or "").startswith("parquet:") else None
+        doc = analyze_where_the_data_is(engine_url, table, store, selected, list(runs), overrides, targets)
+        skipped = []
+    else:
+        con, analysed_runs, skipped = _open(ctx, paths, metrics_paths, db, runs, from_format, pull)
+        try:
+            doc = run_analysis(con, selected, analysed_runs, overrides, targets)
+        finally:
+            con.close()
     if skipped:
         doc["coverage"]["skipped"] = skipped
     color = fmt == "text" and out is None and sys.stdout.isatty()

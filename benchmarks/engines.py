@@ -1,0 +1,144 @@
+"""Engine benchmark (issue #17): the same servlens SQL on DuckDB, chDB and Spark local, on one Parquet export.
+
+Steps, each timed once (the machine is shared; run big things once):
+
+1. generate N requests with benchmarks/generate.py (OpenAI-style client log, a day), ingest them with
+   `servlens ingest`, and `servlens export --parquet` them (skipped when the export exists);
+2. on each engine: open it, bind the export, run the function-map query set (exact p50/p90/p99 per model, p99 per
+   analysis window, a regression slope, ranks and batch means over time) and the engine analysis (every SQL rule
+   on every scope, the workload's lengths and latencies), recording wall time, rows moved and each query's result;
+3. check that every engine's results equal DuckDB's (exact quantiles to 1e-12).
+
+Example:
+    nice -n 10 python benchmarks/engines.py --requests 1M --workdir /tmp/servlens-engines --out benchmarks/engines-1M.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+QUERIES = {
+    "quantiles per model": """
+        SELECT model, count(*) AS n, quantile_cont(ttft_s, 0.5) AS ttft_p50, quantile_cont(ttft_s, 0.9) AS ttft_p90,
+               quantile_cont(ttft_s, 0.99) AS ttft_p99, quantile_cont(e2e_s, 0.99) AS e2e_p99,
+               quantile_cont(tpot_s, 0.5) AS tpot_p50
+        FROM requests GROUP BY ALL ORDER BY model NULLS LAST""",
+    "p99 per 60 s window": """
+        SELECT CAST(floor(date_diff('microsecond', TIMESTAMP '2026-01-01 00:00:00', t_arrival) / 1e6 / 60) AS BIGINT) AS w,
+               count(*) AS n, quantile_cont(ttft_s, 0.99) AS p99,
+               count(*) FILTER (WHERE finish_reason = 'length') AS capped
+        FROM requests GROUP BY ALL ORDER BY w""",
+    "regression slope per model": """
+        SELECT model, regr_slope(e2e_s, completion_tokens) AS s_per_token FROM requests GROUP BY ALL
+        ORDER BY model NULLS LAST""",
+    "ranks and batch means": """
+        WITH b AS (SELECT ntile(30) OVER (ORDER BY t_arrival, request_id) AS batch, ttft_s FROM requests
+                   WHERE ttft_s IS NOT NULL)
+        SELECT batch, avg(ttft_s) AS mean_ttft, count(*) AS n FROM b GROUP BY ALL ORDER BY batch""",
+}
+
+
+def run(cmd: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def prepare(n: str, workdir: Path) -> dict:
+    export = workdir / "export"
+    timings = {}
+    if not (export / "_servlens.json").exists():
+        log = workdir / f"openai-{n}.jsonl"
+        if not log.exists():
+            timings["generate_s"] = run([sys.executable, str(REPO / "benchmarks" / "generate.py"), "--requests", n,
+                                         "--format", "openai", "--out", str(log)])
+        store = workdir / "store.duckdb"
+        store.unlink(missing_ok=True)
+        timings["ingest_s"] = run([sys.executable, "-m", "servlens", "ingest", str(log), "--db", str(store),
+                                   "--run", "day"])
+        timings["export_s"] = run([sys.executable, "-m", "servlens", "export", "--db", str(store), "--parquet",
+                                   str(export)])
+    timings["export_bytes"] = sum(p.stat().st_size for p in export.rglob("*.parquet"))
+    return timings
+
+
+def bench_engine(url: str, export: Path, rules) -> dict:
+    from servlens.engines import TableSource, open_engine
+    from servlens.engines.analysis import analyze_on_engine
+
+    out: dict = {"engine": url}
+    started = time.perf_counter()
+    engine = open_engine(url)
+    out["open_s"] = time.perf_counter() - started
+    try:
+        started = time.perf_counter()
+        engine.bind(TableSource.parse(f"parquet:{export}"))
+        out["bind_s"] = time.perf_counter() - started
+        out["queries"] = {}
+        for name, sql in QUERIES.items():
+            before = engine.stats.rows_moved
+            started = time.perf_counter()
+            rows = engine.query(sql)
+            out["queries"][name] = {"s": time.perf_counter() - started, "rows_moved": engine.stats.rows_moved - before,
+                                    "result": rows}
+        before = engine.stats.rows_moved, engine.stats.queries
+        started = time.perf_counter()
+        doc = analyze_on_engine(engine, rules)
+        out["analyze"] = {"s": time.perf_counter() - started, "rows_moved": engine.stats.rows_moved - before[0],
+                          "queries": engine.stats.queries - before[1], "requests": doc["coverage"]["requests"],
+                          "findings": {f"{f['rule']} {f['scope']['model']} {f['scope']['deployment']}":
+                                       [f["state"], f["evidence"]["metrics"]]
+                                       for f in doc["findings"] if f["state"] != "not_evaluable"},
+                          "workload": {r: {k: p.get(k) for k in ("lengths", "latency")}
+                                       for r, p in doc["workload"]["runs"].items()}}
+        out["version"] = engine.version()
+    finally:
+        engine.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", default="1M")
+    ap.add_argument("--workdir", type=Path, required=True)
+    ap.add_argument("--engines", default="duckdb,chdb,spark:local[2]")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    from servlens.analysis.rules import load_rules
+    from servlens.engines.base import same_number
+
+    rules = [r for r in load_rules([REPO / "tests" / "analysis" / "data" / "user_rules"]) if r.sql]
+    result = {"requests": args.requests, "prepare": prepare(args.requests, args.workdir), "engines": []}
+    for url in args.engines.split(","):
+        result["engines"].append(bench_engine(url, args.workdir / "export", rules))
+        print(json.dumps({k: v for k, v in result["engines"][-1].items() if k not in ("queries", "analyze")}),
+              file=sys.stderr)
+    reference = result["engines"][0]
+    for other in result["engines"][1:]:
+        same = True
+        for name, q in reference["queries"].items():
+            mine = other["queries"][name]["result"]
+            same &= len(mine) == len(q["result"]) and all(
+                same_number(a[k], b[k], rel=1e-12) for a, b in zip(q["result"], mine) for k in a)
+        mine = other["analyze"]["findings"]
+        for key, (state, metrics) in reference["analyze"]["findings"].items():
+            same &= key in mine and mine[key][0] == state and all(
+                same_number(v, mine[key][1].get(k), rel=1e-12) for k, v in metrics.items())
+        same &= other["analyze"]["workload"] == reference["analyze"]["workload"]
+        other["same_as_duckdb"] = bool(same)
+    for engine in result["engines"]:
+        for q in engine["queries"].values():
+            q["result_rows"] = len(q.pop("result"))
+    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

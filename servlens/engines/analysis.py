@@ -1,0 +1,386 @@
+"""`servlens analyze --engine URL --table T`: the rules run where the data is.
+
+- `--engine duckdb --table parquet:DIR` (or no --engine): DuckDB reads the export in place as a store (views over
+  the Parquet files, the runs and sources from the export's manifest), and the whole analysis runs as on the store:
+  every rule, the workload profile, chains and goodput. This is the reference the other engines are held to.
+- any other engine: the scope views become CTEs of each query (nothing is created on the engine), every SQL rule's
+  SQL goes through servlens' function map, and only its one metrics row comes back. A rule whose detector is Python
+  reads DuckDB and is *not evaluable* on that engine, with that reason; it is never skipped silently. The runner's
+  own finishing (requirements, states, severities, thresholds) is the same code for every engine: the engine stands
+  behind a connection adapter (EngineConnection) that the runner's SQL detector path talks to.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from servlens.analysis.rules import Rule, validate_params
+from servlens.analysis.runner import (
+    EVIDENCE_COLUMNS,
+    SCHEMA_VERSION,
+    Scope,
+    evaluate,
+    missing_reason,
+    sort_findings,
+    sql_literal,
+)
+from servlens.engines.base import Engine, EngineError
+from servlens.errors import ConfigError
+
+_PARAM = re.compile(r"\$([a-z][a-z0-9_]*)")
+
+
+def _literal_rows(columns: list[tuple[str, str]], rows: list[list]) -> str:
+    """Rows as portable SQL (a UNION ALL of literal SELECTs; typed and empty when there are none)."""
+    if not rows:
+        return "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in columns) + " WHERE 1 = 0"
+    return " UNION ALL ".join(
+        "SELECT " + ", ".join(f"CAST({_value_literal(v)} AS {t}) AS {c}" for (c, t), v in zip(columns, row))
+        for row in rows)
+
+
+def _value_literal(value: Any) -> str:
+    if isinstance(value, datetime):
+        return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NULL"  # NaN / inf print as no value in a servlens document anyway
+    return sql_literal(value)
+
+
+def _metric_roles_sql() -> str:
+    from servlens.store.metric_roles import load_roles
+
+    order: dict[str, int] = {}
+    rows = []
+    for row in load_roles():
+        order[row.role] = order.get(row.role, 0) + 1
+        rows.append([row.role, row.engine, row.name, row.kind, row.group, order[row.role]])
+    return _literal_rows([("role", "VARCHAR"), ("engine", "VARCHAR"), ("name", "VARCHAR"), ("kind", "VARCHAR"),
+                          ("pull_group", "VARCHAR"), ("preference", "INTEGER")], rows)
+
+
+_DIGITS = " UNION ALL ".join(f"SELECT {d} AS d" for d in range(10))
+
+
+def _windows_sql(spec) -> str:
+    """scope_windows (runner.SCOPE_WINDOWS_SQL) without DuckDB's range(): window numbers from a digits cross join
+    (up to 10,000 windows), bounds as seconds after the first request."""
+    if spec is None:
+        return ("SELECT CAST(NULL AS INTEGER) AS t_window, CAST(NULL AS TIMESTAMP) AS w_start, "
+                "CAST(NULL AS TIMESTAMP) AS w_end, CAST(NULL AS DOUBLE) AS width_s, CAST(NULL AS BOOLEAN) AS is_first "
+                "WHERE 1 = 0")
+    t0 = spec.t0.isoformat(sep=" ")
+    width_us = round(spec.width_s * 1e6)
+    return (f"SELECT CAST(i AS INTEGER) AS t_window, "
+            f"TIMESTAMP '{t0}' + to_microseconds(CAST(i * {width_us} AS BIGINT)) AS w_start, "
+            f"TIMESTAMP '{t0}' + to_microseconds(CAST((i + 1) * {width_us} AS BIGINT)) AS w_end, "
+            f"CAST({spec.width_s} AS DOUBLE) AS width_s, i = 0 AS is_first "
+            f"FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d AS i FROM ({_DIGITS}) a CROSS JOIN ({_DIGITS}) b "
+            f"CROSS JOIN ({_DIGITS}) c CROSS JOIN ({_DIGITS}) e) digits WHERE i < {spec.count}")
+
+
+def _eq(column: str, value: Any) -> str:
+    return f"{column} IS NULL" if value is None else f"{column} = {sql_literal(value)}"
+
+
+def _scope_where(scope: Scope) -> str:
+    return " AND ".join([_eq("run", scope.run), _eq("model", scope.model), _eq("deployment", scope.deployment)])
+
+
+def scope_views(scope: Scope, spec=None, sources: list[dict] | None = None) -> dict[str, str]:
+    """The runner's scope views (servlens/analysis/runner.py) as portable SQL, for one scope; `spec` is its window
+    layout (None: no request has a time), `sources` the export's source files (for examples)."""
+    from servlens.analysis.runner import T_AT
+
+    where = _scope_where(scope)
+    t_window = spec.index_sql(T_AT) if spec else "CAST(NULL AS INTEGER)"
+    model_match = "TRUE" if scope.model is None else (
+        f"(labels['model_name'] IS NULL OR labels['model_name'] = {sql_literal(scope.model)})")
+    metric_where = f"{_eq('run', scope.run)} AND {model_match}"
+    return {
+        "scope_requests": f"SELECT *, {T_AT} AS t_at, {t_window} AS t_window FROM requests WHERE {where}",
+        "scope_windows": _windows_sql(spec),
+        "scope_metrics": f"SELECT * FROM metric_samples WHERE {metric_where}",
+        "metric_roles": _metric_roles_sql(),
+        "scope_role_samples": "SELECT m.*, r.role, r.engine, r.preference FROM scope_metrics m "
+                              "JOIN metric_roles r ON r.name = m.name",
+        "sources": _literal_rows([("source_id", "INTEGER"), ("path", "VARCHAR")],
+                                 [[s["source_id"], s["path"]] for s in (sources or [])]),
+        # The store's metric_counter_increases (a drop is a restart: the new value is the increase), per series;
+        # the labels are the series key as text because Spark cannot partition by a MAP.
+        "scope_counter_increases": f"""
+            SELECT run, name, series, labels, prev_ts, ts, date_diff('microsecond', prev_ts, ts) / 1e6 AS interval_s,
+                   value, CASE WHEN value < prev_value THEN value ELSE value - prev_value END AS increase,
+                   coalesce(value < prev_value, false) AS is_reset
+            FROM (SELECT *, lag(value) OVER w AS prev_value, lag(ts) OVER w AS prev_ts
+                  FROM (SELECT *, CAST(labels AS VARCHAR) AS series_key FROM metric_samples
+                        WHERE {metric_where} AND ((type = 'counter' AND series = 'value')
+                              OR (type IN ('histogram', 'summary') AND series IN ('sum', 'count'))))
+                  WINDOW w AS (PARTITION BY run, name, series, le, series_key ORDER BY ts, source_id))
+            WHERE prev_value IS NOT NULL""",
+    }
+
+
+class _Cursor:
+    def __init__(self, rows: list[dict], columns: list[str] | None = None):
+        self._rows = rows
+        self.description = [(name,) for name in (rows[0] if rows else (columns or []))]
+
+    def fetchall(self) -> list[tuple]:
+        return [tuple(r.values()) for r in self._rows]
+
+    def fetchone(self) -> tuple | None:
+        return tuple(self._rows[0].values()) if self._rows else None
+
+
+_TEMP = re.compile(r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?TEMP(?:ORARY)?\s+(VIEW|TABLE)\s+(\w+)\s+AS\s+(.*)$",
+                   re.IGNORECASE | re.DOTALL)
+_DROP = re.compile(r"^\s*DROP\s+(?:VIEW|TABLE)\s+(?:IF\s+EXISTS\s+)?(\w+)\s*;?\s*$", re.IGNORECASE)
+
+
+class EngineConnection:
+    """What servlens' SQL paths need of a DuckDB connection, answered by an engine: `execute(sql, params)` with
+    $name (dict) or ? (list) parameters substituted as SQL literals, the current views as CTEs, and
+    `CREATE TEMP VIEW x AS ...` kept as one more such view (nothing is created on the engine)."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.views: dict[str, str] = {}
+
+    def execute(self, sql: str, params: dict | list | None = None) -> _Cursor:
+        if isinstance(params, dict) and params:
+            sql = _PARAM.sub(lambda m: sql_literal(params[m.group(1)]) if m.group(1) in params else m.group(0), sql)
+        elif params:
+            values = iter(params)
+            sql = re.sub(r"\?", lambda m: sql_literal(next(values)), sql)
+        dropped = _DROP.match(sql)
+        if dropped:
+            self.views.pop(dropped.group(1), None)
+            return _Cursor([])
+        created = _TEMP.match(sql)
+        if created:
+            kind, name, body = created.group(1).upper(), created.group(2), created.group(3).strip().rstrip(";")
+            if kind == "VIEW":
+                self.views[name] = body
+            else:  # a temp table (the rule's metrics row): computed once, then a literal row the engine reads
+                rows = self.engine.query(body, views=self.views)
+                columns = list(rows[0]) if rows else []
+                self.views[name] = (" UNION ALL ".join(
+                    "SELECT " + ", ".join(f"{_value_literal(row[c])} AS {c}" for c in columns) for row in rows)
+                    if rows else "SELECT NULL AS none WHERE 1 = 0")
+            return _Cursor([])
+        rows = self.engine.query(sql, views=self.views)
+        if len(rows) == 1 and list(rows[0]) == ["decided"] and rows[0]["decided"] in (0, 1):
+            rows = [{"decided": bool(rows[0]["decided"])}]  # ClickHouse answers a predicate with 0/1
+        return _Cursor(rows, self.engine.last_columns)
+
+
+def _window_spec(engine: Engine, scope: Scope):
+    """The scope's window layout (runner.set_scope_views cuts the same one), None when no request has a time."""
+    from servlens.analysis.runner import T_AT
+    from servlens.analysis.windows import spec_for
+
+    row = engine.query(f"SELECT min({T_AT}) AS t0, max({T_AT}) AS t1 FROM requests WHERE {_scope_where(scope)}")[0]
+    return spec_for(row["t0"], row["t1"]) if row["t0"] is not None else None
+
+
+def _present(conn: EngineConnection) -> tuple[set[str], set[str]]:
+    counts = ", ".join(f"count({c}) AS {c}" for c in EVIDENCE_COLUMNS)
+    row = conn.engine.query(f"SELECT {counts} FROM scope_requests", views=conn.views)[0]
+    columns = {c for c in EVIDENCE_COLUMNS if row.get(c)}
+    metrics = {r["name"] for r in conn.engine.query("SELECT DISTINCT name FROM scope_metrics WHERE name IS NOT NULL",
+                                                    views=conn.views)}
+    return columns, metrics
+
+
+def _scopes(engine: Engine, runs: list[str]) -> list[Scope]:
+    run_list = ", ".join(sql_literal(r) for r in runs)
+    scopes = [Scope(r["run"], r["model"], r["deployment"]) for r in engine.query(
+        f"SELECT DISTINCT run, model, deployment FROM requests WHERE run IN ({run_list}) "
+        "ORDER BY run, model NULLS LAST, deployment NULLS LAST")]
+    with_requests = {s.run for s in scopes}
+    for run in runs:
+        if run not in with_requests:  # a run with metrics only: one scope per model_name label (or one)
+            models = [r["m"] for r in engine.query(
+                f"SELECT DISTINCT labels['model_name'] AS m FROM metric_samples WHERE run = {sql_literal(run)} "
+                "ORDER BY m NULLS LAST")]
+            named = [m for m in models if m is not None]
+            scopes += [Scope(run, m, None) for m in (named or [None])]
+    return scopes
+
+
+def not_portable_reason(rule: Rule, engine: Engine) -> str | None:
+    """Why the rule cannot run on the engine (None when it can)."""
+    if rule.python:
+        return (f"not evaluable on {engine.name}: {rule.id}'s detector is Python and reads the DuckDB store; "
+                "run it with --engine duckdb (--table parquet:DIR reads the same export)")
+    return None
+
+
+def engine_coverage(engine: Engine, runs: list[str]) -> dict:
+    """The document's coverage, from aggregates on the engine (the sources from an export's manifest)."""
+    run_list = ", ".join(sql_literal(r) for r in runs)
+    span = engine.one(f"""SELECT count(*) AS n, min(coalesce(t_arrival, t_first_token, t_end)) AS t0,
+                                 max(coalesce(t_end, t_first_token, t_arrival)) AS t1
+                          FROM requests WHERE run IN ({run_list})""")
+    if span["t0"] is None:
+        span |= engine.one(f"SELECT min(ts) AS t0, max(ts) AS t1 FROM metric_samples WHERE run IN ({run_list})")
+    counts = engine.one("SELECT " + ", ".join(f"count({c}) AS {c}" for c in EVIDENCE_COLUMNS)
+                        + f" FROM requests WHERE run IN ({run_list})")
+    models = [r["model"] for r in engine.query(
+        f"SELECT DISTINCT model FROM requests WHERE run IN ({run_list}) AND model IS NOT NULL ORDER BY model")]
+    metrics = [r["name"] for r in engine.query(
+        f"SELECT DISTINCT name FROM metric_samples WHERE run IN ({run_list}) AND name IS NOT NULL ORDER BY name")]
+    manifest = _manifest(engine)
+    sources = [{"path": s["path"], "format": s["format"], "kind": s["kind"], "rows": s["rows"],
+                "bad_lines": s["bad_lines"]}
+               for run in runs for s in manifest.get("runs", {}).get(run, {}).get("sources", [])]
+    relative = any(manifest.get("runs", {}).get(run, {}).get("relative_clock") for run in runs)
+    from servlens.analysis.windows import iso
+
+    return {"sources": sources, "runs": runs, "requests": int(span["n"]),
+            "time_span": {"start": iso(span["t0"]), "end": iso(span["t1"]), "relative_clock": relative},
+            "models": models, "columns_present": [c for c in EVIDENCE_COLUMNS if counts.get(c)],
+            "metrics_present": metrics}
+
+
+def _manifest(engine: Engine) -> dict:
+    if engine.source is not None and engine.source.kind == "parquet":
+        from servlens.store.export import read_manifest
+
+        return read_manifest(engine.source.location)
+    return {}
+
+
+def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None = None,
+                      overrides: dict[str, dict[str, Any]] | None = None) -> dict:
+    """The analyze document, every query on `engine` (not DuckDB: see duckdb_store_analysis for that)."""
+    from servlens import __version__
+
+    known = engine.runs()
+    if runs:
+        unknown = [r for r in runs if r not in known]
+        if unknown:
+            raise ConfigError(f"No run named {', '.join(map(repr, unknown))} in {engine.name}'s tables",
+                              "Runs there: " + (", ".join(known) or "none"))
+    runs = list(runs or known)
+    if not runs:
+        raise ConfigError(f"{engine.name}'s tables hold no requests and no metrics to analyse",
+                          "Check --table, or export a store with 'servlens export'")
+    params = {rule.id: validate_params(rule, (overrides or {}).get(rule.id, {}), "--set") for rule in rules}
+    cover = engine_coverage(engine, runs)
+    formats = {s["format"] for s in cover["sources"] if s["format"]}
+    conn = EngineConnection(engine)
+    findings = []
+    manifest = _manifest(engine)
+    sources = [s for run in runs for s in manifest.get("runs", {}).get(run, {}).get("sources", [])]
+    for scope in _scopes(engine, runs):
+        conn.views = scope_views(scope, _window_spec(engine, scope), sources)
+        presence = _present(conn)
+        for rule in rules:
+            reason = not_portable_reason(rule, engine)
+            if reason is None:
+                try:
+                    findings.append(evaluate(conn, rule, scope, params[rule.id],
+                                             cover["time_span"]["relative_clock"], formats, presence))
+                    continue
+                except EngineError as exc:  # one rule the engine refuses: not evaluable there, the rest goes on
+                    conn.views = {k: v for k, v in conn.views.items() if k in scope_views(scope)}
+                    reason = f"not evaluable on {engine.name}: the engine refused {rule.id}'s SQL: {exc.engine_message}"
+            columns, metrics = presence
+            available = [req for req in rule.requires
+                         if all(c in columns for c in req.columns) and all(m in metrics for m in req.metrics)]
+            findings.append({
+                "rule": rule.id, "name": rule.name, "title": rule.title, "severity": rule.severity,
+                "scope": scope.as_dict(), "state": "not_evaluable",
+                "summary": f"{rule.title}: cannot be judged on {engine.name}.",
+                "reason": reason if available else f"{missing_reason(rule, columns, metrics)}; and {reason}",
+                "remediation": "", "rollback": "",
+                "evidence": {"metrics": {}, "thresholds": {}, "windows": [], "table": None, "chart": None},
+                "examples": [], "references": rule.references(),
+            })
+    doc = {
+        "kind": "analyze", "schema_version": SCHEMA_VERSION,
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "servlens_version": __version__, "run": runs[0] if len(runs) == 1 else runs,
+        "coverage": cover, "findings": sort_findings(findings),
+        "workload": engine_workload(engine, runs),
+    }
+    cover["engine"] = engine.describe()
+    return doc
+
+
+def analyze_where_the_data_is(engine_url: str | None, table: str | None, store, rules: list[Rule],
+                              runs: list[str] | None, overrides: dict | None, slo: dict | None) -> dict:
+    """`servlens analyze --engine URL --table T`: the document, the engine named in coverage.engine."""
+    from servlens.engines import TableSource, engine_kind, open_engine
+
+    source = TableSource.parse(table)
+    kind = engine_kind(engine_url or "duckdb")
+    if kind == "duckdb" and source.kind != "parquet":
+        if source.location != "requests":
+            raise ConfigError("With the DuckDB store, --table is the store's own requests table",
+                              "Drop --table, or pass --table parquet:DIR for an export")
+        engine = open_engine("duckdb", store=store)
+    else:
+        engine = open_engine(engine_url or "duckdb")
+    try:
+        engine.bind(source, runs or None)
+        if engine.name == "duckdb":
+            from servlens.analysis.runner import analyze
+
+            doc = analyze(engine.con, rules, runs or None, overrides, slo)
+        else:
+            doc = analyze_on_engine(engine, rules, runs or None, overrides)
+        doc["coverage"]["engine"] = engine.describe()
+        return doc
+    finally:
+        engine.close()
+
+
+# The workload profile's parts whose SQL runs on every engine through the function map (servlens/analysis/
+# workload.py is their one home); the rest reads DuckDB-only functions (generate_series, JSON block lists) and is
+# named in the profile's note instead of being left out silently.
+ENGINE_WORKLOAD_PARTS = ("lengths", "latency")
+DUCKDB_ONLY_WORKLOAD_PARTS = ("rate", "prefix_sharing", "concurrency", "context_budget")
+
+
+def engine_workload(engine: Engine, runs: list[str]) -> dict:
+    """The document's `workload` on a non-DuckDB engine: per run the counts, span, error share, lengths and
+    latencies (per model and per window), computed by the workload module's own SQL on the engine."""
+    from servlens.analysis import workload
+    from servlens.analysis.detectors._common import rounded
+    from servlens.analysis.windows import iso
+
+    conn = EngineConnection(engine)
+    profiles = {}
+    for run in runs:
+        conn.views = {"workload_requests": "SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at "
+                                           f"FROM requests WHERE run = {sql_literal(run)}"}
+        base = workload._one(conn, """
+            SELECT count(*) AS n, min(t_at) AS t0, max(t_at) AS t1, count(t_at) AS timed,
+                   count(DISTINCT model) AS models, count(prompt_tokens) AS with_prompt,
+                   count(completion_tokens) AS with_output, count(ttft_s) AS with_ttft, count(tpot_s) AS with_tpot,
+                   count(e2e_s) AS with_e2e, count(CASE WHEN status = 'error' THEN 1 END) AS errors,
+                   count(status) AS with_status,
+                   count(http_status) + count(error_type) + count(finish_reason) + count(error_message) AS error_fields
+            FROM workload_requests""")
+        profile: dict[str, Any] = {"run": run, "requests": base["n"]}
+        if base["n"]:
+            span = (base["t1"] - base["t0"]).total_seconds() if base["t0"] is not None else 0.0
+            profile |= {
+                "start": iso(base["t0"]), "end": iso(base["t1"]), "span_s": rounded(span, 3),
+                "mean_rate_rps": rounded(base["n"] / span, 4) if span > 0 else None,
+                "error_share": rounded(base["errors"] / base["with_status"], 4)
+                if base["with_status"] and base["error_fields"] else None,
+                "lengths": workload._lengths(conn, base),
+                "latency": workload._latency(conn, base, workload.bucket_width(span)),
+                "note": f"{', '.join(DUCKDB_ONLY_WORKLOAD_PARTS).replace('_', ' ')} are profiled on DuckDB only "
+                        f"(not computed on {engine.name})",
+            }
+        profile["summary"] = workload._summary(run, profile)
+        profiles[run] = profile
+    return {"summary": [p.pop("summary") for p in profiles.values()], "runs": profiles}

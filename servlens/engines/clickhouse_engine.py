@@ -1,0 +1,129 @@
+"""ClickHouse: in-process through chDB (`chdb`), or a server through clickhouse-connect (`clickhouse://HOST:PORT/DB`).
+
+Both speak ClickHouse SQL, so both go through the same half of the function map. Against a server servlens only reads:
+the canonical tables are named (`--table db.requests`, metric_samples beside it) and every scope view is a CTE of the
+query, so a read-only user is enough. chDB reads a Parquet export through `file()` views in a scratch database of
+its own session (in-process, gone on close).
+"""
+
+from __future__ import annotations
+
+import logging
+import urllib.parse
+from pathlib import Path
+
+from servlens.engines.base import Engine
+from servlens.engines.functions import translate
+from servlens.engines.schema import empty_relation_sql
+from servlens.errors import ConfigError
+
+# Times are UTC everywhere in servlens; Parquet columns carry no hive partitions (run and day are in the files);
+# a column name wins over a select alias of the same name (`count(run) AS run ... WHERE run IN (...)` filters by
+# the column, as in standard SQL; ClickHouse's default would read the aggregate there).
+SESSION_SETTINGS = {"session_timezone": "UTC", "use_hive_partitioning": 0, "prefer_column_name_to_alias": 1}
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class ChDBEngine(Engine):
+    name = "chdb"
+
+    def __init__(self, url: str = "chdb", **kwargs):
+        super().__init__(url, **kwargs)
+        try:
+            from chdb import session
+        except ImportError:
+            raise ConfigError("--engine chdb needs the chdb package", "pip install 'servlens[engines]'") from None
+        self._session = session.Session()
+        for key, value in SESSION_SETTINGS.items():
+            self._session.query(f"SET {key} = {_quote(value) if isinstance(value, str) else value}")
+        self._session.query("CREATE DATABASE IF NOT EXISTS servlens_bound")
+
+    def _bind_parquet(self, table: str, dirs: list[Path]) -> None:
+        if dirs:
+            body = " UNION ALL ".join(f"SELECT * FROM file({_quote(str(d / '**' / '*.parquet'))}, Parquet)" for d in dirs)
+        else:
+            body = translate(empty_relation_sql(table), "chdb")
+        self._session.query(f"CREATE OR REPLACE VIEW servlens_bound.{table} AS {body}")
+        self.tables[table] = f"servlens_bound.{table}"
+
+    def _fetch(self, native_sql: str, limit: int) -> list[dict]:
+        table = self._session.query(native_sql, "ArrowTable")
+        self.last_columns = list(table.column_names)
+        return table.to_pylist()
+
+    def _columns_of_empty(self, table: str) -> list[str]:
+        return [row["name"] for row in self._fetch(f"DESCRIBE TABLE {self.tables[table]}", 10_000)]
+
+    def execute(self, native_sql: str) -> None:
+        self._session.query(native_sql)
+
+    def version(self) -> str:
+        return str(self._fetch("SELECT version() AS v", 1)[0]["v"])
+
+    def functions(self) -> set[str]:
+        return _clickhouse_functions(self._fetch)
+
+    def close(self) -> None:
+        self._session.close()
+
+
+class ClickHouseServerEngine(Engine):
+    """`clickhouse://[user[:password]@]HOST[:PORT][/DB]` (HTTP port, default 8123; `clickhouses://` for TLS)."""
+
+    name = "clickhouse"
+
+    def __init__(self, url: str, **kwargs):
+        super().__init__(url, **kwargs)
+        try:
+            import clickhouse_connect
+        except ImportError:
+            raise ConfigError("--engine clickhouse:// needs clickhouse-connect", "pip install 'servlens[engines]'") from None
+        parts = urllib.parse.urlsplit(url)
+        database = parts.path.strip("/") or "default"
+        logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)  # the refusal below is the one message
+        try:
+            self._client = clickhouse_connect.get_client(
+                host=parts.hostname or "127.0.0.1", port=parts.port or 8123, database=database,
+                username=urllib.parse.unquote(parts.username or "default"),
+                password=urllib.parse.unquote(parts.password or ""), secure=parts.scheme == "clickhouses",
+                settings={k: v for k, v in SESSION_SETTINGS.items() if k != "use_hive_partitioning"})
+        except Exception as exc:  # noqa: BLE001 (connection refused, auth, TLS: one sentence)
+            raise ConfigError(f"Cannot reach ClickHouse at {parts.hostname}:{parts.port or 8123}: "
+                              f"{str(exc).splitlines()[0][:200]}", "Check the URL, the port (HTTP, 8123) and the user") from None
+        self.database = database
+
+    def _bind_parquet(self, table: str, dirs: list[Path]) -> None:
+        raise ConfigError("A ClickHouse server reads its own tables, not a local Parquet export",
+                          "Pass --table DB.requests (a table or one of the documented views), or use --engine chdb")
+
+    def _fetch(self, native_sql: str, limit: int) -> list[dict]:
+        result = self._client.query(native_sql)
+        self.last_columns = list(result.column_names)
+        return [dict(zip(result.column_names, row)) for row in result.result_rows]
+
+    def _columns_of_empty(self, table: str) -> list[str]:
+        return [row["name"] for row in self._fetch(f"DESCRIBE TABLE {self.tables[table]}", 10_000)]
+
+    def version(self) -> str:
+        return str(self._fetch("SELECT version() AS v", 1)[0]["v"])
+
+    def functions(self) -> set[str]:
+        return _clickhouse_functions(self._fetch)
+
+    def execute(self, native_sql: str) -> None:
+        self._client.command(native_sql)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _clickhouse_functions(fetch) -> set[str]:
+    """system.functions, plus every aggregate with each combinator (countIf = count + If is listed nowhere)."""
+    rows = fetch("SELECT name, alias_to, is_aggregate FROM system.functions", 100_000)
+    names = {r["name"].lower() for r in rows} | {r["alias_to"].lower() for r in rows if r.get("alias_to")}
+    combinators = [r["name"].lower() for r in fetch("SELECT name FROM system.aggregate_function_combinators", 1000)]
+    aggregates = [r["name"].lower() for r in rows if r["is_aggregate"]]
+    return names | {a + c for a in aggregates for c in combinators}

@@ -1,0 +1,358 @@
+"""servlens' function map: the portable SQL servlens writes (DuckDB's dialect, the reference) in each engine's words.
+
+Generic transpilation is not enough for a gate (issue #17, measured): sqlglot writes DuckDB's exact
+`percentile_cont(q) WITHIN GROUP` as Spark's *approximate* `PERCENTILE_APPROX`, writes `quantile_cont(x, q)` as a
+`PERCENTILE_CONT(x, q)` that ClickHouse lacks and Spark 4.3 rejects, and casts timestamp literals to ClickHouse's
+second-resolution `DateTime`. So servlens parses with sqlglot and then rewrites, itself, every construct whose
+meaning it relies on; sqlglot only prints the result. What is mapped, per engine (ClickHouse = chDB and a server):
+
+| servlens SQL (DuckDB)                         | ClickHouse                                   | Spark                                  |
+|-----------------------------------------------|----------------------------------------------|----------------------------------------|
+| quantile_cont(x, q), percentile_cont(q) WITHIN GROUP (ORDER BY x), median(x) | quantileExactInclusive(q)(x) | percentile(x, q) |
+| quantile_cont(x, [q1, q2])[i]                 | quantileExactInclusive(q_i)(x)               | percentile(x, q_i)                     |
+| date_diff('unit', a, b)                       | dateDiff('unit', a, b)                       | timestampdiff(UNIT, a, b)              |
+| date_trunc('unit', t)                         | dateTrunc('unit', t)                         | date_trunc('UNIT', t)                  |
+| time_bucket(INTERVAL n SECOND, t)             | toStartOfInterval(t, INTERVAL n SECOND)      | from unix_micros, floored to n s       |
+| epoch(t) (seconds, with the fraction)         | toUnixTimestamp64Micro(t) / 1e6              | unix_micros(t) / 1e6                   |
+| TIMESTAMP '...' and CAST(x AS TIMESTAMP)      | DateTime64(6, 'UTC') (DateTime drops the µs) | TIMESTAMP_NTZ                          |
+| regr_slope(y, x)                              | simpleLinearRegression(x, y).1, NULL on no pair | regr_slope(y, x)                    |
+| ts + to_microseconds(n)                       | ts + toIntervalMicrosecond(n)                | timestamp_micros(unix_micros(ts) + n)  |
+| labels['k'] (a MAP; NULL when the key is absent) | if(mapContains(labels, 'k'), labels['k'], NULL) | try_element_at(labels, 'k')     |
+| a / b                                         | a / b (inf / nan on zero, as DuckDB)         | try_divide(a, b) (NULL on zero)        |
+| GROUP BY ALL                                  | expanded to the non-aggregate select items   | expanded                               |
+| row_number(), ntile(n) OVER (ORDER BY ...)    | the same; NULL order made explicit           | the same; NULLS LAST made explicit     |
+
+Exact quantiles are exact on every engine and interpolate alike (DuckDB's quantile_cont, ClickHouse's
+quantileExactInclusive and Spark's percentile are all the (n-1)·q linear rule), so a p99 agrees to the last digit.
+Division by zero is the one known difference (DuckDB and ClickHouse: inf/nan; Spark: NULL): rule SQL divides by
+`nullif(b, 0)`, which every engine reads the same way. A function outside this map that the engine does not
+have is reported by `servlens engines check`, never rewritten into something approximate.
+"""
+
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+
+from servlens.errors import ConfigError
+
+# servlens engine name -> sqlglot dialect
+DIALECTS = {"duckdb": "duckdb", "chdb": "clickhouse", "clickhouse": "clickhouse", "spark": "spark"}
+
+_SECONDS_PER_UNIT = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+class UnsupportedSQL(ConfigError):
+    """The SQL uses a construct servlens cannot carry to the engine exactly."""
+
+
+def parse(sql: str) -> exp.Expression:
+    try:
+        return sqlglot.parse_one(sql, read="duckdb")
+    except sqlglot.errors.ParseError as exc:
+        raise UnsupportedSQL(f"Cannot parse the SQL: {str(exc).splitlines()[0]}", "Fix the rule's SQL") from exc
+
+
+def translate(sql: str | exp.Expression, engine: str) -> str:
+    """`sql` (servlens' portable SQL, DuckDB dialect) as the engine runs it."""
+    dialect = DIALECTS[engine]
+    tree = parse(sql) if isinstance(sql, str) else sql.copy()
+    if dialect == "duckdb":
+        return tree.sql("duckdb")
+    tree = _expand_group_by_all(tree)
+    rewrite = _CLICKHOUSE if dialect == "clickhouse" else _SPARK
+    return _bottom_up(tree, rewrite).sql(dialect)
+
+
+def _bottom_up(node: exp.Expression, table: dict) -> exp.Expression:
+    """Rewrite the children first, so a rewritten call still has its arguments rewritten (a timestamp literal
+    inside date_diff inside a quantile)."""
+    for key, value in list(node.args.items()):
+        if isinstance(value, exp.Expression):
+            node.set(key, _bottom_up(value, table))
+        elif isinstance(value, list):
+            node.set(key, [_bottom_up(v, table) if isinstance(v, exp.Expression) else v for v in value])
+    return _rewrite(node, table)
+
+
+def _rewrite(node: exp.Expression, table: dict) -> exp.Expression:
+    for kind, function in table.items():
+        if isinstance(node, kind):
+            replaced = function(node)
+            if replaced is not None:
+                return replaced
+    return node
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Shared pieces
+
+
+def _quantile_parts(node: exp.Expression) -> tuple[exp.Expression, exp.Expression] | None:
+    """(value expression, quantile) of an exact-quantile aggregate in any of DuckDB's spellings, else None."""
+    if isinstance(node, exp.WithinGroup) and isinstance(node.this, exp.PercentileCont):
+        order = node.expression
+        ordered = order.expressions if isinstance(order, exp.Order) else [order]
+        if len(ordered) != 1:
+            raise UnsupportedSQL("percentile_cont WITHIN GROUP orders by one expression only", "Order by one column")
+        value = ordered[0].this if isinstance(ordered[0], exp.Ordered) else ordered[0]
+        return value, node.this.this
+    # (a quantile list is rewritten together with its index, at the Bracket)
+    if isinstance(node, exp.PercentileCont) and node.expression is not None and not isinstance(node.expression, exp.Array):
+        return node.this, node.expression
+    if isinstance(node, exp.Median):
+        return node.this, exp.Literal.number(0.5)
+    return None
+
+
+def _quantile_list_item(node: exp.Bracket) -> tuple[exp.Expression, exp.Expression] | None:
+    """quantile_cont(x, [q1, q2, ...])[i] (1-based, DuckDB) -> (x, q_i)."""
+    inner = node.this
+    if not (isinstance(inner, exp.PercentileCont) and isinstance(inner.expression, exp.Array)):
+        return None
+    index = node.expressions[0] if len(node.expressions) == 1 else None
+    if not (isinstance(index, exp.Literal) and not index.is_string):
+        raise UnsupportedSQL("A quantile list is indexed by a number literal only", "Write quantile_cont(x, q)")
+    items = inner.expression.expressions
+    position = int(index.this) - 1
+    if not 0 <= position < len(items):
+        raise UnsupportedSQL(f"Quantile list index {index.this} is out of range", "Index 1..len(list)")
+    return inner.this, items[position]
+
+
+def _is_map_lookup(node: exp.Bracket) -> bool:
+    return len(node.expressions) == 1 and isinstance(node.expressions[0], exp.Literal) and node.expressions[0].is_string
+
+
+def _unit(node: exp.Expression) -> str:
+    unit = node.args.get("unit")
+    text = (unit.name if isinstance(unit, (exp.Var, exp.Literal, exp.Identifier, exp.Column)) else str(unit or "day"))
+    return text.strip("'").lower()
+
+
+def _expand_group_by_all(tree: exp.Expression) -> exp.Expression:
+    """GROUP BY ALL -> GROUP BY every select item that holds no aggregate (by position, so aliases need no care)."""
+    for select in tree.find_all(exp.Select):
+        group = select.args.get("group")
+        if not group or not group.args.get("all"):
+            continue
+        positions = [exp.Literal.number(i + 1) for i, item in enumerate(select.expressions)
+                     if not item.find(exp.AggFunc) and not isinstance(item.unalias(), exp.Literal)]
+        select.set("group", exp.Group(expressions=positions) if positions else None)
+    return tree
+
+
+def _timestamp_type(node: exp.Cast) -> bool:
+    types = exp.DataType.Type
+    return node.to.this in (types.TIMESTAMP, types.TIMESTAMPNTZ, types.DATETIME, types.DATETIME64)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ClickHouse (chDB and a server)
+
+
+def _ch_quantile(value: exp.Expression, quantile: exp.Expression) -> exp.Expression:
+    return exp.ParameterizedAgg(this="quantileExactInclusive", expressions=[quantile.copy()], params=[value.copy()])
+
+
+def _ch_percentile(node):
+    parts = _quantile_parts(node)
+    return _ch_quantile(*parts) if parts else None
+
+
+def _ch_bracket(node: exp.Bracket):
+    item = _quantile_list_item(node)
+    if item:
+        return _ch_quantile(*item)
+    if _is_map_lookup(node):
+        # A ClickHouse Map(String, String) gives '' for an absent key: unknown must stay NULL.
+        key = node.expressions[0]
+        return exp.If(this=exp.Anonymous(this="mapContains", expressions=[node.this.copy(), key.copy()]),
+                      true=node.copy(), false=exp.Null())
+    return None
+
+
+def _ch_date_diff(node: exp.DateDiff):
+    return exp.Anonymous(this="dateDiff", expressions=[exp.Literal.string(_unit(node)), node.expression.copy(),
+                                                       node.this.copy()])
+
+
+def _ch_trunc(node: exp.TimestampTrunc):
+    return exp.Anonymous(this="dateTrunc", expressions=[exp.Literal.string(_unit(node)), node.this.copy()])
+
+
+def _ch_bucket(node: exp.DateBin):
+    return exp.Anonymous(this="toStartOfInterval", expressions=[node.expression.copy(), node.this.copy()])
+
+
+def _ch_epoch(node: exp.TimeToUnix):
+    return exp.Div(this=exp.Anonymous(this="toUnixTimestamp64Micro", expressions=[node.this.copy()]),
+                   expression=exp.Literal.number("1e6"))
+
+
+def _ch_cast(node: exp.Cast):
+    if node.to.this == exp.DataType.Type.MAP and isinstance(node.this, exp.Null):
+        return exp.Cast(this=exp.Anonymous(this="map"), to=node.to.copy())  # a Map cannot be NULL: an empty one
+    if not _timestamp_type(node):
+        return None
+    if isinstance(node.this, exp.Literal) and node.this.is_string:
+        return exp.Anonymous(this="toDateTime64", expressions=[node.this.copy(), exp.Literal.number(6),
+                                                               exp.Literal.string("UTC")])
+    return exp.Cast(this=node.this.copy(), to=exp.DataType.build("Nullable(DateTime64(6, 'UTC'))", dialect="clickhouse"))
+
+
+def _ch_regr_slope(node: exp.RegrSlope):
+    y, x = node.this, node.expression
+    pairs = exp.Anonymous(this="countIf", expressions=[exp.and_(exp.Not(this=exp.Is(this=x.copy(), expression=exp.Null())),
+                                                               exp.Not(this=exp.Is(this=y.copy(), expression=exp.Null())))])
+    slope = exp.Anonymous(this="tupleElement", expressions=[
+        exp.Anonymous(this="simpleLinearRegression", expressions=[x.copy(), y.copy()]), exp.Literal.number(1)])
+    return exp.If(this=exp.EQ(this=pairs, expression=exp.Literal.number(0)), true=exp.Null(), false=slope)
+
+
+def _is_to_microseconds(node) -> bool:
+    return isinstance(node, exp.Anonymous) and str(node.this).lower() == "to_microseconds"
+
+
+def _ch_anonymous(node: exp.Anonymous):
+    if _is_to_microseconds(node):  # DuckDB's INTERVAL of n µs
+        return exp.Anonymous(this="toIntervalMicrosecond", expressions=[e.copy() for e in node.expressions])
+    return None
+
+
+def _ch_string_agg(node: exp.GroupConcat, condition: exp.Expression | None = None):
+    """string_agg(x, sep [ORDER BY k [DESC], ...]) [FILTER (WHERE c)]: ClickHouse aggregates take no ORDER BY, so
+    the pairs (x, keys) are collected (groupArrayIf: NULL x skipped, as string_agg does), sorted by the keys (a
+    descending key is negated: numbers only) and joined."""
+    inner = node.this
+    value, keys = (inner.this, inner.expressions) if isinstance(inner, exp.Order) else (inner, [])
+    separator = node.args.get("separator") or exp.Literal.string(",")
+    sort_keys = []
+    for key in keys:
+        term = key.this.copy()
+        sort_keys.append(exp.Neg(this=exp.Paren(this=term)) if key.args.get("desc") else term)
+    keep = exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null()))
+    if condition is not None:
+        keep = exp.and_(keep, exp.Paren(this=condition.copy()))
+    pair = exp.Tuple(expressions=[value.copy(), exp.Tuple(expressions=sort_keys or [exp.Literal.number(0)])])
+    collected = exp.Anonymous(this="groupArrayIf", expressions=[pair, keep])
+    element = exp.Anonymous(this="tupleElement", expressions=[exp.to_identifier("p"), exp.Literal.number(1)])
+    ordered = exp.Anonymous(this="arraySort", expressions=[
+        exp.Lambda(this=exp.Anonymous(this="tupleElement", expressions=[exp.to_identifier("p"), exp.Literal.number(2)]),
+                   expressions=[exp.to_identifier("p")]), collected])
+    values = exp.Anonymous(this="arrayMap", expressions=[
+        exp.Lambda(this=element, expressions=[exp.to_identifier("p")]), ordered])
+    joined = exp.Anonymous(this="arrayStringConcat", expressions=[values, separator.copy()])
+    # string_agg over no row is NULL, arrayStringConcat of [] is ''
+    return exp.Anonymous(this="nullIf", expressions=[joined, exp.Literal.string("")])
+
+
+def _ch_filter(node: exp.Filter):
+    if isinstance(node.this, exp.GroupConcat):
+        return _ch_string_agg(node.this, node.expression.this)
+    return None
+
+
+def _ch_group_concat(node: exp.GroupConcat):
+    return None if isinstance(node.parent, exp.Filter) else _ch_string_agg(node)
+
+
+def _ch_bool_agg(node):
+    """bool_or / bool_and: max / min of the booleans (NULLs skipped, NULL over no known value, as DuckDB)."""
+    return exp.Anonymous(this="max" if isinstance(node, exp.LogicalOr) else "min", expressions=[node.this.copy()])
+
+
+_CLICKHOUSE = {
+    exp.LogicalOr: _ch_bool_agg,
+    exp.LogicalAnd: _ch_bool_agg,
+    exp.Filter: _ch_filter,
+    exp.GroupConcat: _ch_group_concat,
+    exp.Anonymous: _ch_anonymous,
+    exp.WithinGroup: _ch_percentile,
+    exp.PercentileCont: _ch_percentile,
+    exp.Median: _ch_percentile,
+    exp.Bracket: _ch_bracket,
+    exp.DateDiff: _ch_date_diff,
+    exp.TimestampTrunc: _ch_trunc,
+    exp.DateBin: _ch_bucket,
+    exp.TimeToUnix: _ch_epoch,
+    exp.Cast: _ch_cast,
+    exp.RegrSlope: _ch_regr_slope,
+}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Spark (classic, standalone cluster, Connect)
+
+
+def _spark_quantile(value: exp.Expression, quantile: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this="percentile", expressions=[value.copy(), quantile.copy()])
+
+
+def _spark_percentile(node):
+    parts = _quantile_parts(node)
+    return _spark_quantile(*parts) if parts else None
+
+
+def _spark_bracket(node: exp.Bracket):
+    item = _quantile_list_item(node)
+    if item:
+        return _spark_quantile(*item)
+    if _is_map_lookup(node):
+        # labels['k'] raises on an absent key under ANSI mode (Spark 4's default); try_element_at gives NULL.
+        return exp.Anonymous(this="try_element_at", expressions=[node.this.copy(), node.expressions[0].copy()])
+    return None
+
+
+def _spark_date_diff(node: exp.DateDiff):
+    return exp.Anonymous(this="timestampdiff", expressions=[exp.Var(this=_unit(node).upper()), node.expression.copy(),
+                                                            node.this.copy()])
+
+
+def _micros(ts: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this="unix_micros", expressions=[exp.Cast(this=ts.copy(), to=exp.DataType.build("TIMESTAMP"))])
+
+
+def _spark_bucket(node: exp.DateBin):
+    interval = node.this
+    if not isinstance(interval, exp.Interval):
+        raise UnsupportedSQL("time_bucket takes an INTERVAL literal", "Write time_bucket(INTERVAL 5 SECOND, t)")
+    width_us = float(interval.this.name) * _SECONDS_PER_UNIT[interval.unit.name.lower().rstrip("s")] * 1e6
+    floored = exp.Mul(this=exp.Floor(this=exp.Div(this=_micros(node.expression), expression=exp.Literal.number(width_us))),
+                      expression=exp.Literal.number(width_us))
+    stamp = exp.Anonymous(this="timestamp_micros", expressions=[exp.Cast(this=floored, to=exp.DataType.build("BIGINT"))])
+    return exp.Cast(this=stamp, to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark"))
+
+
+def _spark_epoch(node: exp.TimeToUnix):
+    return exp.Div(this=_micros(node.this), expression=exp.Literal.number("1e6"))
+
+
+def _spark_div(node: exp.Div):
+    return exp.Anonymous(this="try_divide", expressions=[node.this, node.expression])
+
+
+def _spark_add(node: exp.Add):
+    """ts + to_microseconds(n) -> the timestamp n µs later (Spark has no µs interval constructor for any n)."""
+    if not _is_to_microseconds(node.expression):
+        return None
+    shifted = exp.Add(this=_micros(node.this), expression=node.expression.expressions[0].copy())
+    stamp = exp.Anonymous(this="timestamp_micros", expressions=[exp.Cast(this=shifted, to=exp.DataType.build("BIGINT"))])
+    return exp.Cast(this=stamp, to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark"))
+
+
+_SPARK = {
+    exp.Add: _spark_add,
+    exp.WithinGroup: _spark_percentile,
+    exp.PercentileCont: _spark_percentile,
+    exp.Median: _spark_percentile,
+    exp.Bracket: _spark_bracket,
+    exp.DateDiff: _spark_date_diff,
+    exp.DateBin: _spark_bucket,
+    exp.TimeToUnix: _spark_epoch,
+    exp.Div: _spark_div,
+}
+
+# What the map rewrites, for `servlens engines check` (the names a rule writes, DuckDB's spelling).
+MAPPED_FUNCTIONS = ("quantile_cont", "percentile_cont", "median", "date_diff", "date_trunc", "time_bucket", "epoch",
+                    "regr_slope", "map subscript", "division", "GROUP BY ALL")

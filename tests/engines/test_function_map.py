@@ -1,0 +1,148 @@
+"""servlens' function map: what it writes for each engine, and that each engine then gives DuckDB's numbers.
+
+The parity cases run on real recorded runs and on an edge-case run (ties, NULL latencies, one request, a model
+with no latency at all) exported with `servlens export`: exact quantiles to 1e-12, time arithmetic to the
+microsecond, regression slopes, window ranks and batches, label lookups on an absent key (NULL, never '').
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from servlens.engines.base import same_number
+from servlens.engines.functions import UnsupportedSQL, translate
+
+# (name, portable SQL): every construct the map rewrites, over real data and the edge run.
+PARITY_CASES = [
+    ("exact quantiles, both spellings and a list", """
+        SELECT run, model, count(*) AS n, quantile_cont(ttft_s, 0.99) AS p99, quantile_cont(ttft_s, 0.5) AS p50,
+               percentile_cont(0.9) WITHIN GROUP (ORDER BY e2e_s) AS e2e_p90, median(e2e_s) AS e2e_median,
+               quantile_cont(e2e_s, [0.5, 0.9, 0.99])[3] AS e2e_p99
+        FROM requests GROUP BY ALL ORDER BY run, model NULLS LAST"""),
+    ("time arithmetic: date_diff, buckets, truncation, epoch", """
+        SELECT run, max(date_diff('microsecond', TIMESTAMP '2026-11-28 00:00:00', t_arrival)) AS max_us,
+               min(date_diff('millisecond', t_arrival, t_first_token)) AS min_ttft_ms,
+               count(DISTINCT time_bucket(INTERVAL 5 SECOND, t_arrival)) AS buckets_5s,
+               count(DISTINCT date_trunc('minute', t_arrival)) AS minutes,
+               min(date_trunc('second', t_arrival)) AS first_second,
+               max(epoch(t_arrival)) AS last_epoch_s
+        FROM requests GROUP BY ALL ORDER BY run"""),
+    ("adaptive windows as the runner cuts them", """
+        SELECT CAST(floor(date_diff('microsecond', TIMESTAMP '2026-12-01 23:11:56.656638', t_arrival) / 1e6 / 5.0)
+                    AS INTEGER) AS w, count(*) AS n, quantile_cont(ttft_s, 0.99) AS p99,
+               count(*) FILTER (WHERE finish_reason = 'length') AS capped
+        FROM requests WHERE run = 'llamacpp-concurrency-ramp' GROUP BY ALL ORDER BY w"""),
+    ("regression slopes, with one point and no pair", """
+        SELECT run, model, regr_slope(e2e_s, completion_tokens) AS slope, regr_slope(ttft_s, prompt_tokens) AS s2
+        FROM requests GROUP BY ALL ORDER BY run, model NULLS LAST"""),
+    ("ranks and batch means: row_number and ntile over time", """
+        WITH ranked AS (SELECT run, ttft_s, row_number() OVER (PARTITION BY run ORDER BY ttft_s, request_id) AS k,
+                               ntile(10) OVER (PARTITION BY run ORDER BY t_arrival, request_id) AS batch
+                        FROM requests WHERE ttft_s IS NOT NULL),
+             batches AS (SELECT run, batch, avg(ttft_s) AS mean_ttft, count(*) AS n FROM ranked GROUP BY ALL)
+        SELECT b.run, count(*) AS batches, min(mean_ttft) AS lo, max(mean_ttft) AS hi, sum(n) AS n,
+               max(CASE WHEN r.k = 3 THEN r.ttft_s END) AS third_smallest
+        FROM batches b JOIN (SELECT run, k, ttft_s FROM ranked WHERE k = 3) r ON r.run = b.run
+        GROUP BY ALL ORDER BY b.run"""),
+    ("NULLs order last in a window, as DuckDB orders them", """
+        SELECT run, max(CASE WHEN k = 1 THEN ttft_s END) AS first_ordered, count(*) FILTER (WHERE ttft_s IS NULL) AS blanks
+        FROM (SELECT run, ttft_s, row_number() OVER (PARTITION BY run ORDER BY ttft_s DESC) AS k FROM requests)
+        GROUP BY ALL ORDER BY run"""),
+    ("MAP labels: present, absent (NULL) and grouped", """
+        SELECT run, labels['model_name'] AS model_name, labels['no_such_label'] AS absent, count(*) AS samples,
+               sum(value) AS total
+        FROM metric_samples GROUP BY ALL ORDER BY run, model_name NULLS LAST"""),
+    ("guarded division and booleans", """
+        SELECT run, count(*) FILTER (WHERE finish_reason = 'length') / nullif(count(*), 0) AS length_share,
+               sum(completion_tokens) / nullif(sum(CASE WHEN false THEN 1 ELSE 0 END), 0) AS nothing,
+               count_if(ttft_s > 1.0) AS slow
+        FROM requests GROUP BY ALL ORDER BY run"""),
+]
+
+
+def _same_rows(reference: list[dict], other: list[dict]) -> list[str]:
+    problems = []
+    if len(reference) != len(other):
+        return [f"{len(reference)} rows on DuckDB, {len(other)} here"]
+    for i, (a, b) in enumerate(zip(reference, other)):
+        if list(a) != list(b):
+            problems.append(f"row {i}: columns {list(a)} vs {list(b)}")
+            continue
+        for key in a:
+            if not same_number(a[key], b[key], rel=1e-12):
+                problems.append(f"row {i} {key}: DuckDB {a[key]!r}, here {b[key]!r}")
+    return problems
+
+
+def check_parity(reference_engine, engine) -> None:
+    failures = []
+    for name, sql in PARITY_CASES:
+        expected = reference_engine.query(sql)
+        assert expected, f"{name}: the reference returned no rows"
+        got = engine.query(sql)
+        failures += [f"{name}: {p}" for p in _same_rows(expected, got)]
+    assert not failures, "\n".join(failures)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the map writes (no engine needed)
+
+
+def test_exact_quantiles_never_become_approximate():
+    sql = "SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY ttft_s), quantile_cont(e2e_s, 0.5) FROM requests"
+    assert translate(sql, "spark") == "SELECT PERCENTILE(ttft_s, 0.99), PERCENTILE(e2e_s, 0.5) FROM requests"
+    assert translate(sql, "chdb") == ("SELECT quantileExactInclusive(0.99)(ttft_s), quantileExactInclusive(0.5)(e2e_s) "
+                                      "FROM requests")
+    assert "median" not in translate("SELECT median(x) FROM t", "clickhouse").lower()  # ClickHouse median samples
+
+
+def test_timestamps_keep_microseconds_on_clickhouse():
+    out = translate("SELECT date_diff('microsecond', TIMESTAMP '2026-11-28 10:00:00.5', t_at) FROM r", "chdb")
+    assert out == "SELECT dateDiff('microsecond', toDateTime64('2026-11-28 10:00:00.5', 6, 'UTC'), t_at) FROM r"
+
+
+def test_group_by_all_is_expanded_by_position():
+    out = translate("SELECT run, labels['m'] AS m, count(*) AS n FROM metric_samples GROUP BY ALL", "spark")
+    assert out == "SELECT run, TRY_ELEMENT_AT(labels, 'm') AS m, COUNT(*) AS n FROM metric_samples GROUP BY 1, 2"
+
+
+def test_regr_slope_on_clickhouse_is_null_without_pairs():
+    out = translate("SELECT regr_slope(y, x) FROM t", "clickhouse")
+    assert out == ("SELECT CASE WHEN countIf(NOT (x IS NULL) AND NOT (y IS NULL)) = 0 THEN NULL "
+                   "ELSE tupleElement(simpleLinearRegression(x, y), 1) END FROM t")
+
+
+def test_a_quantile_list_needs_a_literal_index():
+    with pytest.raises(UnsupportedSQL, match="indexed by a number literal"):
+        translate("SELECT quantile_cont(x, [0.5, 0.9])[i] FROM t", "spark")
+
+
+def test_duckdb_is_left_as_written():
+    sql = "SELECT quantile_cont(x, 0.99) FROM t GROUP BY ALL"
+    assert translate(sql, "duckdb") == "SELECT QUANTILE_CONT(x, 0.99) FROM t GROUP BY ALL"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parity on the engines
+
+
+def test_chdb_gives_duckdbs_numbers(duckdb_engine, chdb_engine):
+    check_parity(duckdb_engine, chdb_engine)
+
+
+@pytest.mark.engines
+def test_spark_local_gives_duckdbs_numbers(duckdb_engine, spark_local_engine):
+    check_parity(duckdb_engine, spark_local_engine)
+
+
+@pytest.mark.engines
+def test_spark_standalone_cluster_gives_duckdbs_numbers(duckdb_engine, spark_cluster_engine, spark_cluster):
+    assert spark_cluster_engine.spark.sparkContext.master == spark_cluster["url"]
+    check_parity(duckdb_engine, spark_cluster_engine)
+    executors = spark_cluster_engine.spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()
+    assert executors == 3  # the driver and one executor on each of the two workers
+
+
+@pytest.mark.engines
+def test_clickhouse_server_gives_duckdbs_numbers(duckdb_engine, clickhouse_server_engine):
+    check_parity(duckdb_engine, clickhouse_server_engine)
