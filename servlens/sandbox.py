@@ -53,6 +53,10 @@ def check_csv_options(profile_name: str, options: dict) -> None:
 _PROFILE_HINT = "A profile holds SQL expressions only (docs/security.md)"
 
 
+class SqlSyntaxError(ConfigError):
+    """SQL that does not parse: it cannot run at all, so the rule checks report it with its position instead."""
+
+
 def _statements(sql: str, what: str, hint: str = _PROFILE_HINT, kind: str = "SQL expression") -> list[dict]:
     """DuckDB's own parse of `sql`. json_serialize_sql serialises SELECT statements only, so ATTACH, COPY,
     INSTALL, LOAD, SET, PRAGMA, CREATE, INSERT ... are refused here by construction."""
@@ -62,7 +66,8 @@ def _statements(sql: str, what: str, hint: str = _PROFILE_HINT, kind: str = "SQL
         message = str(tree.get("error_message", "")).strip().splitlines()[0].rstrip(".!")
         if message.startswith("Only SELECT statements"):
             message = "only a SELECT may run (no ATTACH, COPY, INSTALL, LOAD, SET, PRAGMA or change to the store)"
-        raise ConfigError(f"{what} is not one {kind} servlens may run: {message}", hint)
+            raise ConfigError(f"{what} is not one {kind} servlens may run: {message}", hint)
+        raise SqlSyntaxError(f"{what} is not one {kind} servlens may run: {message}", hint)
     return tree["statements"]
 
 

@@ -51,7 +51,7 @@ from typing import Any, Callable
 from servlens.analysis.rule_contract import Contract, check_params, parse_contract
 from servlens.analysis.rule_params import Param
 from servlens.errors import ConfigError
-from servlens.sandbox import RULE_VIEWS, check_rule_expression, check_rule_sql, is_user_rule
+from servlens.sandbox import RULE_VIEWS, SqlSyntaxError, check_rule_expression, check_rule_sql, is_user_rule
 from servlens.store import metric_roles
 from servlens.store.schema import REQUEST_COLUMNS
 
@@ -248,15 +248,17 @@ def check_user_rule_sql(path: Path, sql: str | None, contract: Contract | None) 
     """A user rule's every SQL is one SELECT reading the scope views and the rule's own [views] (servlens/sandbox.py);
     the predicates and the examples' filter are expressions over them."""
     tables = RULE_VIEWS | frozenset(contract.views if contract else ())
-    if sql is not None:
-        check_rule_sql(sql, f"{path}: detector.sql", tables)
-    for key, text in (contract.sql_items() if contract else []):
-        if key.endswith(".order_by"):
-            check_rule_sql(f"SELECT 1 FROM rule_metrics ORDER BY {text}", f"{path}: {key}", tables)
-        elif key.startswith("decide.") or key.endswith(".where"):
-            check_rule_expression(text, f"{path}: {key}", tables)
-        else:
-            check_rule_sql(text, f"{path}: {key}", tables)
+    items = ([("detector.sql", sql)] if sql is not None else []) + (contract.sql_items() if contract else [])
+    for key, text in items:
+        try:
+            if key.endswith(".order_by"):
+                check_rule_sql(f"SELECT 1 FROM rule_metrics ORDER BY {text}", f"{path}: {key}", tables)
+            elif key.startswith("decide.") or key.endswith(".where"):
+                check_rule_expression(text, f"{path}: {key}", tables)
+            else:
+                check_rule_sql(text, f"{path}: {key}", tables)
+        except SqlSyntaxError:
+            continue  # SQL that does not parse cannot run: `rules check` and the run report it with its position
 
 
 def parse_rule(data: dict, path: Path) -> Rule:

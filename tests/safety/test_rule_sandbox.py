@@ -143,6 +143,9 @@ PY_RULE = GOOD_RULE.replace('[detector]\nsql = """' + GOOD_SQL + '"""',
                             'why_python = "It tests what the runner does with a Python result."\n\n'
                             '[detector]\npython = "xy901_detector:detect"')
 PY_MODULE = """
+USES = {{"params": ["max_error_share", "min_requests"], "requires": ["status"]}}
+
+
 def detect(ctx):
     return {result}
 """
@@ -164,8 +167,8 @@ def test_a_python_rule_returning_the_wrong_type_is_one_sentence(tmp_path, result
     (tmp_path / "xy901_detector.py").write_text(PY_MODULE.format(result=result))
     log = write_requests(tmp_path / "log.jsonl", 20)
     done = subprocess.run([sys.executable, "-m", "servlens", "analyze", str(log), "--rules", str(folder),
-                           "--select", "XY901"], capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                          check=False, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+                           "--select", "XY901", "--preview"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=300, check=False, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
     assert done.stderr.startswith(f"Error: {message}. A detector returns a dict: state"), done.stderr
