@@ -335,7 +335,10 @@ def evaluate(con: duckdb.DuckDBPyConnection, rule: Rule, scope: Scope, params: d
         from servlens.analysis.rules import check_user_rule_sql
 
         check_user_rule_sql(rule.path, rule.sql, rule.contract)
-        lock_down(con)
+        if isinstance(con, duckdb.DuckDBPyConnection):
+            # The store's own connection; an engine's (servlens/engines) reads its tables from files or a server
+            # where the data is, so there the check above is the guard.
+            lock_down(con)
     if rule.python:
         result = rule.resolve_python()(ctx)
     elif rule.contract:

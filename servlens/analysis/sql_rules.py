@@ -17,6 +17,7 @@ RuleSqlError naming the rule file, the TOML key and the line/column in that SQL.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -97,6 +98,14 @@ def _predicate(con, rule, key: str, sql: str, params: dict) -> bool:
     if value is not None and not isinstance(value, bool):
         raise RuleSqlError(rule, key, f"gives {value!r}, not true/false/NULL", None)
     return bool(value)
+
+
+def _significant(value: Any) -> Any:
+    """A float metric to 10 significant digits: a sum the engine's threads add in another order differs in the last
+    bits from run to run, and a report must not change with it (a tiny p-value keeps its digits)."""
+    if isinstance(value, float) and math.isfinite(value):
+        return float(f"{value:.10g}")
+    return value
 
 
 def _rounded(value: Any) -> Any:
@@ -206,7 +215,7 @@ def run_contract(con: duckdb.DuckDBPyConnection, rule, params: dict[str, Any]) -
             for index, entry in enumerate(decide.severity):
                 if _predicate(con, rule, f"decide.severity[{index}].when", entry.when, params):
                     severity = entry.level
-        evidence: dict[str, Any] = {"metrics": {k: v for k, v in row.items() if not k.startswith("_")}}
+        evidence: dict[str, Any] = {"metrics": {k: _significant(v) for k, v in row.items() if not k.startswith("_")}}
         examples: list[dict] = []
         for kind, spec in contract.evidence.items():
             if state == "fired" or (spec.always and state == "clear"):
