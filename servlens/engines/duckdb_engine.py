@@ -40,8 +40,14 @@ class DuckDBEngine(Engine):
         Parquet files, and `runs` / `sources` from the manifest, so the runner, workload, chains and goodput run
         on it unchanged (the reference for every other engine)."""
         if source.kind == "parquet":
+            import os
+
             from servlens.store.schema import create_schema
 
+            # The views read the export's files whenever a query runs: a user rule locks the connection down (no
+            # file access; servlens/sandbox.py), and the export's folder is the one it may still read.
+            folder = os.path.join(os.path.abspath(source.location), "")
+            self.con.execute("SET allowed_directories = [?]", [folder])
             create_schema(self.con)
             self.con.execute("DROP TABLE requests")
             self.con.execute("DROP TABLE metric_samples")
