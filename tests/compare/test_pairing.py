@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from servlens.compare import cohorts as co
-from servlens.compare import simulate, stats
+from servlens.compare import stats
+from tools import compare_simulation as simulate
 from servlens.compare.engine import compare_runs
 from servlens.compare.policy import load_policy
 from servlens.store.schema import open_store
