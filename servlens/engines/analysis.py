@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from servlens.analysis.rules import Rule, validate_params
+from servlens.store.frames import first_row
 from servlens.analysis.runner import (
     EVIDENCE_COLUMNS,
     SCHEMA_VERSION,
@@ -360,7 +361,7 @@ def engine_workload(engine: Engine, runs: list[str]) -> dict:
     for run in runs:
         conn.views = {"workload_requests": "SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at "
                                            f"FROM requests WHERE run = {sql_literal(run)}"}
-        base = workload._one(conn, """
+        base = first_row(conn, """
             SELECT count(*) AS n, min(t_at) AS t0, max(t_at) AS t1, count(t_at) AS timed,
                    count(DISTINCT model) AS models, count(prompt_tokens) AS with_prompt,
                    count(completion_tokens) AS with_output, count(ttft_s) AS with_ttft, count(tpot_s) AS with_tpot,

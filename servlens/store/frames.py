@@ -19,8 +19,15 @@ def frame(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) 
     DuckDB's HUGEINT (what sum() of integers gives) arrives as an Arrow decimal; it becomes an Int64 again (a
     decimal with a scale a Float64), so values read the same as DuckDB's own Python rows: ints stay ints.
     """
+    import duckdb
     import polars as pl
 
+    if not isinstance(con, duckdb.DuckDBPyConnection):
+        # An engine's connection (servlens/engines: chDB, Spark) hands back rows, not an Arrow stream.
+        cursor = con.execute(sql, params) if params else con.execute(sql)
+        names = [d[0] for d in cursor.description]
+        rows = cursor.fetchall()
+        return pl.DataFrame({name: [row[i] for row in rows] for i, name in enumerate(names)}, strict=False)
     found = pl.DataFrame(con.sql(sql, params=params) if params else con.sql(sql))
     decimals = {name: dtype for name, dtype in found.schema.items() if isinstance(dtype, pl.Decimal)}
     if not decimals:
