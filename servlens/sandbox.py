@@ -185,13 +185,6 @@ def is_user_rule(path) -> bool:
     return builtin not in Path(path).resolve().parents
 
 
-def guard_rule_sql(con: duckdb.DuckDBPyConnection, sql: str, what: str, path) -> None:
-    """Before a rule's SQL runs on `con`: a user rule's SQL is checked and the connection locked down."""
-    if is_user_rule(path):
-        check_rule_sql(sql, what)
-        lock_down(con)
-
-
 def check_detector_result(rule_id: str, detector: str, result):
     """A detector's result as the runner needs it (a dict; evidence a dict, examples a list, summary and reason
     text), or a ConfigError naming the rule: a Python rule that returns the wrong type is one sentence, not a

@@ -244,11 +244,18 @@ def _suggest(key: str, options) -> str:
     return f" (did you mean '{match[0]}'?)" if match else ""
 
 
+# User rules' SQL texts that passed the sandbox check: a text changed after loading is checked again.
+_CHECKED_USER_SQL: set[tuple[str, tuple]] = set()
+
+
 def check_user_rule_sql(path: Path, sql: str | None, contract: Contract | None) -> None:
     """A user rule's every SQL is one SELECT reading the scope views and the rule's own [views] (servlens/sandbox.py);
     the predicates and the examples' filter are expressions over them."""
     tables = RULE_VIEWS | frozenset(contract.views if contract else ())
     items = ([("detector.sql", sql)] if sql is not None else []) + (contract.sql_items() if contract else [])
+    key_of_texts = (str(path), tuple(items))
+    if key_of_texts in _CHECKED_USER_SQL:
+        return  # the same texts were checked already (the runner asks again for every scope)
     for key, text in items:
         try:
             if key.endswith(".order_by"):
@@ -259,6 +266,7 @@ def check_user_rule_sql(path: Path, sql: str | None, contract: Contract | None) 
                 check_rule_sql(text, f"{path}: {key}", tables)
         except SqlSyntaxError:
             continue  # SQL that does not parse cannot run: `rules check` and the run report it with its position
+    _CHECKED_USER_SQL.add(key_of_texts)
 
 
 def parse_rule(data: dict, path: Path) -> Rule:

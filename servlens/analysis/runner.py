@@ -42,6 +42,7 @@ from servlens.documents import SCHEMA_VERSION
 from servlens.errors import ConfigError
 from servlens.sandbox import check_detector_result, is_user_rule, lock_down
 from servlens.store import format_columns, metric_roles
+from servlens.store.runs import list_runs, select_runs
 from servlens.store.schema import REQUEST_COLUMNS
 
 MAX_EXAMPLES = 5
@@ -222,13 +223,6 @@ def set_scope_views(con: duckdb.DuckDBPyConnection, scope: Scope) -> WindowSpec 
     con.execute(SCOPE_COUNTER_INCREASES_SQL.format(where=metric_where))
     con.execute(SCOPE_ROLE_SAMPLES_SQL)
     return spec
-
-
-def list_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
-    return [row[0] for row in con.execute(
-        """SELECT run FROM (SELECT run FROM requests UNION SELECT run FROM metric_samples UNION SELECT run FROM runs)
-           WHERE run IS NOT NULL ORDER BY run"""
-    ).fetchall()]
 
 
 def list_scopes(con: duckdb.DuckDBPyConnection, runs: list[str]) -> list[Scope]:
@@ -445,15 +439,8 @@ def analyze(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str] |
     """Run `rules` on every scope of `runs` (default: every run in the store); the analyze result document.
 
     `slo` is goodput.parse_slo's targets (None: attainment curves instead of attainment)."""
-    all_runs = list_runs(con)
-    if runs:
-        unknown = [r for r in runs if r not in all_runs]
-        if unknown:
-            raise ConfigError(f"No run named {', '.join(repr(u) for u in unknown)} in the store",
-                              "Runs in the store: " + (", ".join(all_runs) or "none"))
-    runs = list(runs or all_runs)
-    if not runs:
-        raise ConfigError("The store holds no requests and no metrics to analyse", "Ingest request logs or scrapes first")
+    runs = select_runs(list_runs(con), runs, "the store", ("The store holds no requests and no metrics to analyse",
+                                                         "Ingest request logs or scrapes first"))
     cover = coverage(con, runs)
     relative = cover["time_span"]["relative_clock"]
     formats = {s["format"] for s in cover["sources"] if s["format"]}

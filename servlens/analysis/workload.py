@@ -36,8 +36,9 @@ from servlens.store.frames import first_row, frame
 _QUANTILES = (0.5, 0.9, 0.99)
 
 
-def q(expr: str, quantile: float) -> str:
-    """The `quantile` (one of _QUANTILES) of `expr`, interpolated as percentile_cont."""
+def shared_quantile(expr: str, quantile: float) -> str:
+    """The `quantile` (one of _QUANTILES) of `expr`, interpolated as percentile_cont, read from the one quantile
+    state of `expr` that every _QUANTILES percentile shares (the detectors' _common.q is one state per quantile)."""
     return f"quantile_cont({expr}, [{', '.join(map(str, _QUANTILES))}])[{_QUANTILES.index(quantile) + 1}]"
 
 MAX_BUCKETS = 240
@@ -157,8 +158,8 @@ def _rate(con: duckdb.DuckDBPyConnection, t0: datetime, span: float, width: floa
     mean = buckets["n"].sum() / max(span, width)
     peak_rate = peak["n"] / peak_len
     lo, hi = peak["b"] * width, peak["b"] * width + peak_len
-    in_peak = first_row(con, f"""SELECT {q('ttft_s', 0.99)} AS ttft_p99, {q('tpot_s', 0.99)} AS tpot_p99,
-                                   {q('e2e_s', 0.99)} AS e2e_p99
+    in_peak = first_row(con, f"""SELECT {shared_quantile('ttft_s', 0.99)} AS ttft_p99, {shared_quantile('tpot_s', 0.99)} AS tpot_p99,
+                                   {shared_quantile('e2e_s', 0.99)} AS e2e_p99
                             FROM workload_requests WHERE {_offset(t0, 't_at')} >= {lo} AND {_offset(t0, 't_at')} < {hi}""")
     peak_window = {"start": iso(start), "end": iso(start + timedelta(seconds=peak_len)), "length_s": peak_len,
                    "requests": peak["n"], "rate_rps": rounded(peak_rate, 4),
@@ -213,11 +214,11 @@ def _lengths(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
     stats = frame(con, f"""
         SELECT coalesce(model, '(no model)') AS model, count(*) AS requests,
                count(prompt_tokens) AS with_prompt_tokens,
-               {q('prompt_tokens', 0.5)} AS prompt_p50, {q('prompt_tokens', 0.9)} AS prompt_p90,
-               {q('prompt_tokens', 0.99)} AS prompt_p99, max(prompt_tokens) AS prompt_max,
+               {shared_quantile('prompt_tokens', 0.5)} AS prompt_p50, {shared_quantile('prompt_tokens', 0.9)} AS prompt_p90,
+               {shared_quantile('prompt_tokens', 0.99)} AS prompt_p99, max(prompt_tokens) AS prompt_max,
                count(completion_tokens) AS with_output_tokens,
-               {q('completion_tokens', 0.5)} AS output_p50, {q('completion_tokens', 0.9)} AS output_p90,
-               {q('completion_tokens', 0.99)} AS output_p99, max(completion_tokens) AS output_max
+               {shared_quantile('completion_tokens', 0.5)} AS output_p50, {shared_quantile('completion_tokens', 0.9)} AS output_p90,
+               {shared_quantile('completion_tokens', 0.99)} AS output_p99, max(completion_tokens) AS output_max
         FROM workload_requests WHERE {where} GROUP BY model ORDER BY requests DESC, model""")
     columns = ["model", "requests", "with prompt tokens", "prompt p50", "prompt p90", "prompt p99", "prompt max",
                "with output tokens", "output p50", "output p90", "output p99", "output max"]
@@ -263,7 +264,7 @@ def _sharing(con: duckdb.DuckDBPyConnection, base: dict) -> dict:
                 "share_in_shared_groups": rounded(s["in_shared_groups"] / s["keyed"], 4),
                 "repeat_share": rounded(s["repeats"] / s["keyed"], 4)}
         groups = frame(con, f"""
-            SELECT left(prefix_key, 12) AS prefix, count(*) AS requests, {q('prompt_tokens', 0.5)} AS prompt_p50,
+            SELECT left(prefix_key, 12) AS prefix, count(*) AS requests, {shared_quantile('prompt_tokens', 0.5)} AS prompt_p50,
                    min(t_at) AS first_seen, max(t_at) AS last_seen
             FROM workload_requests WHERE prefix_key IS NOT NULL GROUP BY prefix_key HAVING count(*) >= 2
             ORDER BY requests DESC, prefix LIMIT {MAX_PREFIX_GROUPS}""")
@@ -311,7 +312,7 @@ def _concurrency(con: duckdb.DuckDBPyConnection, run: str, base: dict, span: flo
             SELECT t, d, sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS inflight FROM ev""")
         stats = frame(con, f"""SELECT CAST(floor({_offset(t0, 't')} / {width}) AS INTEGER) AS b, max(inflight) AS peak
                                 FROM workload_inflight GROUP BY 1 ORDER BY 1""")
-        overall = first_row(con, f"""SELECT max(inflight) AS peak, {q('inflight', 0.5)} AS p50, {q('inflight', 0.99)} AS p99
+        overall = first_row(con, f"""SELECT max(inflight) AS peak, {shared_quantile('inflight', 0.5)} AS p50, {shared_quantile('inflight', 0.99)} AS p99
                                  FROM workload_inflight WHERE d = 1""")
         con.execute("DROP TABLE workload_inflight")
         out |= {"source": "request arrival..end overlap", "in_flight_max": overall["peak"],
@@ -368,9 +369,9 @@ def _latency(con: duckdb.DuckDBPyConnection, base: dict, width: float) -> dict:
     where = _model_filter(models)
     per_model = frame(con, f"""
         SELECT coalesce(model, '(no model)') AS model, count(ttft_s) AS with_ttft,
-               {q('ttft_s', 0.5)} AS ttft_p50, {q('ttft_s', 0.9)} AS ttft_p90, {q('ttft_s', 0.99)} AS ttft_p99,
-               count(tpot_s) AS with_tpot, {q('tpot_s', 0.5)} AS tpot_p50, {q('tpot_s', 0.99)} AS tpot_p99,
-               count(e2e_s) AS with_e2e, {q('e2e_s', 0.5)} AS e2e_p50, {q('e2e_s', 0.99)} AS e2e_p99
+               {shared_quantile('ttft_s', 0.5)} AS ttft_p50, {shared_quantile('ttft_s', 0.9)} AS ttft_p90, {shared_quantile('ttft_s', 0.99)} AS ttft_p99,
+               count(tpot_s) AS with_tpot, {shared_quantile('tpot_s', 0.5)} AS tpot_p50, {shared_quantile('tpot_s', 0.99)} AS tpot_p99,
+               count(e2e_s) AS with_e2e, {shared_quantile('e2e_s', 0.5)} AS e2e_p50, {shared_quantile('e2e_s', 0.99)} AS e2e_p99
         FROM workload_requests WHERE {where} GROUP BY model ORDER BY count(*) DESC, model""")
     out: dict[str, Any] = {"per_model": table(
         ["model", "with TTFT", "TTFT p50 (s)", "TTFT p90 (s)", "TTFT p99 (s)", "with TPOT", "TPOT p50 (s)",
@@ -383,8 +384,8 @@ def _latency(con: duckdb.DuckDBPyConnection, base: dict, width: float) -> dict:
     t0 = first_row(con, "SELECT min(t_at) AS t0 FROM workload_requests")["t0"]
     windows = frame(con, f"""
         SELECT CAST(floor({_offset(t0, 't_at')} / {width}) AS INTEGER) AS b, count({column}) AS n,
-               {q(column, 0.5)} AS p50, {q(column, 0.99)} AS p99, {q('tpot_s', 0.5)} AS tpot_p50,
-               {q('tpot_s', 0.99)} AS tpot_p99
+               {shared_quantile(column, 0.5)} AS p50, {shared_quantile(column, 0.99)} AS p99, {shared_quantile('tpot_s', 0.5)} AS tpot_p50,
+               {shared_quantile('tpot_s', 0.99)} AS tpot_p99
         FROM workload_requests WHERE {column} IS NOT NULL AND t_at IS NOT NULL GROUP BY 1 ORDER BY 1""")
     x = [iso(t0 + timedelta(seconds=b * width)) for b in windows["b"]]
     series = [{"name": f"{name} p50 (s)", "x": x, "y": [rounded(v) for v in windows["p50"]]},

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from servlens.analysis.rules import Rule, validate_params
-from servlens.store.frames import first_row
 from servlens.analysis.runner import (
     EVIDENCE_COLUMNS,
     SCHEMA_VERSION,
@@ -30,6 +29,8 @@ from servlens.analysis.runner import (
 )
 from servlens.engines.base import Engine, EngineError
 from servlens.errors import ConfigError
+from servlens.store.frames import first_row
+from servlens.store.runs import select_runs
 
 _PARAM = re.compile(r"\$([a-z][a-z0-9_]*)")
 
@@ -261,16 +262,9 @@ def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None 
     """The analyze document, every query on `engine` (not DuckDB: see duckdb_store_analysis for that)."""
     from servlens import __version__
 
-    known = engine.runs()
-    if runs:
-        unknown = [r for r in runs if r not in known]
-        if unknown:
-            raise ConfigError(f"No run named {', '.join(map(repr, unknown))} in {engine.name}'s tables",
-                              "Runs there: " + (", ".join(known) or "none"))
-    runs = list(runs or known)
-    if not runs:
-        raise ConfigError(f"{engine.name}'s tables hold no requests and no metrics to analyse",
-                          "Check --table, or export a store with 'servlens export'")
+    runs = select_runs(engine.runs(), runs, f"{engine.name}'s tables",
+                       (f"{engine.name}'s tables hold no requests and no metrics to analyse",
+                        "Check --table, or export a store with 'servlens export'"))
     params = {rule.id: validate_params(rule, (overrides or {}).get(rule.id, {}), "--set") for rule in rules}
     cover = engine_coverage(engine, runs)
     formats = {s["format"] for s in cover["sources"] if s["format"]}

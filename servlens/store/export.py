@@ -25,6 +25,7 @@ import duckdb
 
 from servlens.engines.base import partition_value
 from servlens.errors import ConfigError
+from servlens.store.runs import list_runs, select_runs
 
 MANIFEST = "_servlens.json"
 # (table, its day expression, the row order inside a file: ingest order for requests, time for samples)
@@ -39,17 +40,8 @@ def export_parquet(con: duckdb.DuckDBPyConnection, folder: str | Path, runs: lis
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"Cannot export to {folder}: it is a file", "Pass --parquet with a folder")
-    known = [r[0] for r in con.execute(
-        "SELECT DISTINCT run FROM (SELECT run FROM requests UNION ALL SELECT run FROM metric_samples) "
-        "WHERE run IS NOT NULL ORDER BY 1").fetchall()]
-    if runs:
-        unknown = [r for r in runs if r not in known]
-        if unknown:
-            raise ConfigError(f"No run named {', '.join(map(repr, unknown))} in the store",
-                              "Runs in the store: " + (", ".join(known) or "none"))
-    selected = list(runs or known)
-    if not selected:
-        raise ConfigError("The store holds no runs to export", "Ingest request logs or scrapes first")
+    selected = select_runs(list_runs(con), runs, "the store",
+                           ("The store holds no runs to export", "Ingest request logs or scrapes first"))
     manifest_path = folder / MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     manifest.setdefault("runs", {})
