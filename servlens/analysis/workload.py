@@ -73,25 +73,47 @@ def workload_profile(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict:
     return {"summary": [p.pop("summary") for p in profiles.values()], "runs": profiles}
 
 
-def run_profile(con: duckdb.DuckDBPyConnection, run: str) -> dict:
-    con.execute(
-        """CREATE OR REPLACE TEMP VIEW workload_requests AS
-           SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at,
-                  coalesce(t_end, t_arrival + to_microseconds(CAST(e2e_s * 1e6 AS BIGINT))) AS t_done
-           FROM requests WHERE run = ?""".replace("?", _literal(run)))
-    relative = bool(first_row(con, "SELECT coalesce(bool_or(relative_clock), false) AS r FROM runs WHERE run = ?",
-                         [run]).get("r"))
-    base = first_row(con, """SELECT count(*) AS n, min(t_at) AS t0, max(t_at) AS t1, count(t_at) AS timed,
+def workload_requests_sql(run: str) -> str:
+    """The one run's requests every workload query reads, with their arrival (t_at) and end (t_done)."""
+    return ("SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at, "
+            "coalesce(t_end, t_arrival + to_microseconds(CAST(e2e_s * 1e6 AS BIGINT))) AS t_done "
+            f"FROM requests WHERE run = {_literal(run)}")
+
+
+# The run's counts the profile starts from (also on the engines: servlens/engines/analysis.py).
+BASE_SQL = """SELECT count(*) AS n, min(t_at) AS t0, max(t_at) AS t1, count(t_at) AS timed,
                                count(DISTINCT model) AS models, count(prompt_tokens) AS with_prompt,
                                count(completion_tokens) AS with_output, count(ttft_s) AS with_ttft,
                                count(tpot_s) AS with_tpot, count(e2e_s) AS with_e2e, count(t_done) AS with_end,
                                count(prefix_key) AS with_prefix_key,
                                count(*) FILTER (WHERE {failed}) AS errors,
                                count(*) FILTER (WHERE {known}) AS with_status,
-                               -- a status with no error field anywhere in the run (traces) says nothing about failures
                                count(http_status) + count(error_type) + count(finish_reason) + count(error_message)
                                  AS error_fields
-                        FROM workload_requests""".format(failed=failed(), known=status_known()))
+                        FROM workload_requests""".format(failed=failed(), known=status_known())
+
+
+def span_s(base: dict) -> float:
+    return (base["t1"] - base["t0"]).total_seconds() if base["t0"] is not None else 0.0
+
+
+def base_facts(base: dict) -> dict:
+    """Start, end, span, mean rate and error share from BASE_SQL's row."""
+    span = span_s(base)
+    return {
+        "start": iso(base["t0"]), "end": iso(base["t1"]), "span_s": rounded(span, 3),
+        "mean_rate_rps": rounded(base["n"] / span, 4) if span > 0 else None,
+        # a status with no error field anywhere in the run (traces) says nothing about failures
+        "error_share": rounded(base["errors"] / base["with_status"], 4) if base["with_status"] and base["error_fields"]
+        else None,
+    }
+
+
+def run_profile(con: duckdb.DuckDBPyConnection, run: str) -> dict:
+    con.execute("CREATE OR REPLACE TEMP VIEW workload_requests AS " + workload_requests_sql(run))
+    relative = bool(first_row(con, "SELECT coalesce(bool_or(relative_clock), false) AS r FROM runs WHERE run = ?",
+                         [run]).get("r"))
+    base = first_row(con, BASE_SQL)
     profile: dict[str, Any] = {"run": run, "requests": base["n"], "relative_clock": relative}
     if not base["n"]:
         profile["note"] = "no request logs in this run (metrics only): the workload is described by the engine gauges"
@@ -101,13 +123,8 @@ def run_profile(con: duckdb.DuckDBPyConnection, run: str) -> dict:
                                                            "time", "requests", series, x_time=True)} if series else {})
         profile["summary"] = f"{run}: no request logs (metrics only)."
         return profile
-    span = (base["t1"] - base["t0"]).total_seconds() if base["t0"] is not None else 0.0
-    profile |= {
-        "start": iso(base["t0"]), "end": iso(base["t1"]), "span_s": rounded(span, 3),
-        "mean_rate_rps": rounded(base["n"] / span, 4) if span > 0 else None,
-        "error_share": rounded(base["errors"] / base["with_status"], 4) if base["with_status"] and base["error_fields"]
-        else None,
-    }
+    span = span_s(base)
+    profile |= base_facts(base)
     width = bucket_width(span)
     rate = _rate(con, base["t0"], span, width) if base["timed"] else None
     if rate:

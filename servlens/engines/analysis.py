@@ -347,30 +347,16 @@ def engine_workload(engine: Engine, runs: list[str]) -> dict:
     """The document's `workload` on a non-DuckDB engine: per run the counts, span, error share, lengths and
     latencies (per model and per window), computed by the workload module's own SQL on the engine."""
     from servlens.analysis import workload
-    from servlens.analysis.detectors._common import rounded
-    from servlens.analysis.windows import iso
 
     conn = EngineConnection(engine)
     profiles = {}
     for run in runs:
-        conn.views = {"workload_requests": "SELECT *, coalesce(t_arrival, t_first_token, t_end) AS t_at "
-                                           f"FROM requests WHERE run = {sql_literal(run)}"}
-        base = first_row(conn, """
-            SELECT count(*) AS n, min(t_at) AS t0, max(t_at) AS t1, count(t_at) AS timed,
-                   count(DISTINCT model) AS models, count(prompt_tokens) AS with_prompt,
-                   count(completion_tokens) AS with_output, count(ttft_s) AS with_ttft, count(tpot_s) AS with_tpot,
-                   count(e2e_s) AS with_e2e, count(CASE WHEN status = 'error' THEN 1 END) AS errors,
-                   count(status) AS with_status,
-                   count(http_status) + count(error_type) + count(finish_reason) + count(error_message) AS error_fields
-            FROM workload_requests""")
+        conn.views = {"workload_requests": workload.workload_requests_sql(run)}
+        base = first_row(conn, workload.BASE_SQL)
         profile: dict[str, Any] = {"run": run, "requests": base["n"]}
         if base["n"]:
-            span = (base["t1"] - base["t0"]).total_seconds() if base["t0"] is not None else 0.0
-            profile |= {
-                "start": iso(base["t0"]), "end": iso(base["t1"]), "span_s": rounded(span, 3),
-                "mean_rate_rps": rounded(base["n"] / span, 4) if span > 0 else None,
-                "error_share": rounded(base["errors"] / base["with_status"], 4)
-                if base["with_status"] and base["error_fields"] else None,
+            span = workload.span_s(base)
+            profile |= workload.base_facts(base) | {
                 "lengths": workload._lengths(conn, base),
                 "latency": workload._latency(conn, base, workload.bucket_width(span)),
                 "note": f"{', '.join(DUCKDB_ONLY_WORKLOAD_PARTS).replace('_', ' ')} are profiled on DuckDB only "

@@ -14,13 +14,14 @@ import re
 from dataclasses import dataclass, field
 
 from sqlglot import exp, parse_one
+from sqlglot.errors import ParseError
 
 from servlens.engines.base import CANONICAL_TABLES, Engine
 from servlens.engines.functions import UnsupportedSQL
 from servlens.engines.schema import canonical_columns
 
 # Printed like calls but syntax, not functions an engine lists.
-_SYNTAX = {"case", "cast", "try_cast", "extract", "interval", "filter", "over", "within", "coalesce"}
+_SYNTAX = {"case", "cast", "try_cast", "extract", "interval", "filter", "over", "within", "coalesce", "exists"}
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 # One probe per construct of the function map (servlens/engines/functions.py), over the canonical columns.
@@ -57,9 +58,25 @@ class Check:
         return not self.missing and self.problem is None and self.ran is not False
 
 
+# Words before "(" in SQL that are no function, for reading a query sqlglot cannot parse back.
+_KEYWORDS = _SYNTAX | {"as", "in", "on", "and", "or", "not", "values", "using", "from", "join", "select", "where",
+                       "with", "by", "when", "then", "else", "all", "any", "union", "array", "map", "tuple",
+                       "nullable"}
+_STRINGS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|`[^`]*`|--[^\n]*|/\*.*?\*/", re.S)
+_CTE_COLUMNS = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\([A-Za-z0-9_\s,]*\)\s+AS\s*\(", re.I)
+_CALL = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+
+
 def functions_called(native_sql: str, dialect: str) -> set[str]:
     """Lower-cased names of the functions a translated query calls, as the engine will read them."""
-    tree = parse_one(native_sql, read=dialect)
+    try:
+        tree = parse_one(native_sql, read=dialect)
+    except ParseError:
+        # sqlglot does not read back every query it wrote for this engine (ClickHouse's CTEs with FILTER): the
+        # names before "(" then, which is what the engine's own parser will look up.
+        code = _STRINGS.sub(" ", native_sql)  # words in literals, quoted names and comments are no calls
+        ctes = {m.group(1).lower() for m in _CTE_COLUMNS.finditer(code)}  # WITH t(a, b) AS (...): a name, no call
+        return {m.group(1).lower() for m in _CALL.finditer(code) if m.group(1).lower() not in _KEYWORDS | ctes}
     names = set()
     for node in tree.find_all(exp.Func):
         if isinstance(node, exp.ParameterizedAgg):
