@@ -15,6 +15,7 @@ from servlens.analysis.inputs import ingest_paths
 from servlens.analysis.rules import load_rules
 from servlens.analysis.runner import analyze
 from servlens.store.schema import open_store
+from tests.e2e.records import max_deferred
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(importlib.util.find_spec("xllamacpp") is None,
@@ -56,15 +57,6 @@ def test_restart_is_seen_as_not_ready_and_cold(recorded):
     assert cold["state"] == "fired" and cold["evidence"]["metrics"]["cause"].startswith("a cold prefix cache")
 
 
-def _max_deferred(run_dir: Path) -> float:
-    """The most requests llama.cpp held back for want of a slot in any scrape of the run."""
-    import re
-
-    found = [float(m.group(1)) for path in run_dir.glob("metrics_*.prom")
-             for m in re.finditer(r"^llamacpp:requests_deferred(?:\{[^}]*\})?\s+([0-9.eE+-]+)", path.read_text(), re.M)]
-    return max(found, default=0.0)
-
-
 def test_long_documents_hold_short_chat_back(recorded):
     doc = recorded["doc"]
     hol = _state(doc, "SL008", "hol")
@@ -72,7 +64,7 @@ def test_long_documents_hold_short_chat_back(recorded):
     # short ones wait only behind long prefills in the batch. On a busy one the engine defers requests for want of a
     # slot, and then short requests wait in the queue exposed or not: the comparison is confounded, and the
     # expectation follows what this run's own engine metrics show.
-    if _max_deferred(recorded["out"] / "hol") == 0:
+    if max_deferred(recorded["out"] / "hol") == 0:
         assert hol["state"] == "fired", hol["summary"]
     else:
         assert hol["state"] in ("fired", "clear"), hol["reason"]

@@ -22,6 +22,15 @@ def servlens(*args: str, timeout: float = 300):
                           timeout=timeout)
 
 
+def max_deferred(run_dir: Path) -> float:
+    """The most requests llama.cpp held back for want of a slot in any scrape of the run (0 without scrapes)."""
+    import re
+
+    found = [float(m.group(1)) for path in run_dir.glob("metrics_*.prom")
+             for m in re.finditer(r"^llamacpp:requests_deferred(?:\{[^}]*\})?\s+([0-9.eE+-]+)", path.read_text(), re.M)]
+    return max(found, default=0.0)
+
+
 def engine_queueing(out: Path, run: str) -> str:
     """What the run's own engine and timings say about queueing: 'queued', 'none' or 'unclear'.
 
@@ -30,12 +39,7 @@ def engine_queueing(out: Path, run: str) -> str:
     scrape) and at least 3 requests waited over a second for a slot (client TTFT minus the engine's prompt time);
     'none' when no scrape saw a deferred request and no request waited half a second; else 'unclear'.
     """
-    import re
-
-    deferred = 0.0
-    for path in (out / run).glob("metrics_*.prom"):
-        for m in re.finditer(r"^llamacpp:requests_deferred(?:\{[^}]*\})?\s+([0-9.eE+-]+)", path.read_text(), re.M):
-            deferred = max(deferred, float(m.group(1)))
+    deferred = max_deferred(out / run)
     waits = []
     for rec in load_records(out, run):
         timings = (rec.get("stream_final_chunk") or rec.get("response") or {}).get("timings") or {}
