@@ -17,6 +17,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from servlens.analysis.goodput import MIN_LEVEL_REQUESTS, OBJECTIVE
 from servlens.analysis.rules import Rule, validate_params
 from servlens.analysis.runner import (
     EVIDENCE_COLUMNS,
@@ -92,9 +93,16 @@ def _scope_where(scope: Scope) -> str:
     return " AND ".join([_eq("run", scope.run), _eq("model", scope.model), _eq("deployment", scope.deployment)])
 
 
-def scope_views(scope: Scope, spec=None, sources: list[dict] | None = None) -> dict[str, str]:
+# The store's `runs` and `sources` tables as the export's manifest holds them (servlens/store/schema.py): rules read
+# them (a source's format, a run's clock) as they read them in the store.
+_RUN_COLUMNS = [("run", "VARCHAR"), ("relative_clock", "BOOLEAN"), ("tz", "VARCHAR")]
+_SOURCE_COLUMNS = [("source_id", "INTEGER"), ("run", "VARCHAR"), ("kind", "VARCHAR"), ("path", "VARCHAR"),
+                   ("format", "VARCHAR"), ("rows", "BIGINT"), ("bad_lines", "BIGINT")]
+
+
+def scope_views(scope: Scope, spec=None, manifest: dict | None = None) -> dict[str, str]:
     """The runner's scope views (servlens/analysis/runner.py) as portable SQL, for one scope; `spec` is its window
-    layout (None: no request has a time), `sources` the export's source files (for examples)."""
+    layout (None: no request has a time), `manifest` the export's runs and source files."""
     from servlens.analysis.runner import T_AT
 
     where = _scope_where(scope)
@@ -109,8 +117,11 @@ def scope_views(scope: Scope, spec=None, sources: list[dict] | None = None) -> d
         "metric_roles": _metric_roles_sql(),
         "scope_role_samples": "SELECT m.*, r.role, r.engine, r.preference FROM scope_metrics m "
                               "JOIN metric_roles r ON r.name = m.name",
-        "sources": _literal_rows([("source_id", "INTEGER"), ("path", "VARCHAR")],
-                                 [[s["source_id"], s["path"]] for s in (sources or [])]),
+        "runs": _literal_rows(_RUN_COLUMNS, [[run, bool(meta.get("relative_clock")), meta.get("tz")]
+                                             for run, meta in (manifest or {}).get("runs", {}).items()]),
+        "sources": _literal_rows(_SOURCE_COLUMNS, [[src.get(c) if c != "run" else run for c, _ in _SOURCE_COLUMNS]
+                                                   for run, meta in (manifest or {}).get("runs", {}).items()
+                                                   for src in meta.get("sources", [])]),
         # The store's metric_counter_increases (a drop is a restart: the new value is the increase), per series;
         # the labels are the series key as text because Spark cannot partition by a MAP.
         "scope_counter_increases": f"""
@@ -258,7 +269,7 @@ def _manifest(engine: Engine) -> dict:
 
 
 def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None = None,
-                      overrides: dict[str, dict[str, Any]] | None = None) -> dict:
+                      overrides: dict[str, dict[str, Any]] | None = None, slo: dict | None = None) -> dict:
     """The analyze document, every query on `engine` (not DuckDB: see duckdb_store_analysis for that)."""
     from servlens import __version__
 
@@ -271,9 +282,8 @@ def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None 
     conn = EngineConnection(engine)
     findings = []
     manifest = _manifest(engine)
-    sources = [s for run in runs for s in manifest.get("runs", {}).get(run, {}).get("sources", [])]
     for scope in _scopes(engine, runs):
-        conn.views = scope_views(scope, _window_spec(engine, scope), sources)
+        conn.views = scope_views(scope, _window_spec(engine, scope), manifest)
         presence = _present(conn)
         for rule in rules:
             reason = not_portable_reason(rule, engine)
@@ -303,6 +313,12 @@ def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None 
         "servlens_version": __version__, "run": runs[0] if len(runs) == 1 else runs,
         "coverage": cover, "findings": sort_findings(findings),
         "workload": engine_workload(engine, runs),
+        # The story's chains and goodput join the findings' requests in temp tables: DuckDB only, said as such.
+        "chains": [],
+        "goodput": {"targets": slo, "objective": dict(OBJECTIVE), "min_level_requests": MIN_LEVEL_REQUESTS,
+                    "requests": cover["requests"],
+                    "note": f"goodput, capacity and the cause chains are computed on DuckDB only, not on {engine.name}: "
+                            "run the same export with --engine duckdb --table parquet:DIR for them"},
     }
     cover["engine"] = engine.describe()
     return doc
@@ -329,7 +345,7 @@ def analyze_where_the_data_is(engine_url: str | None, table: str | None, store, 
 
             doc = analyze(engine.con, rules, runs or None, overrides, slo)
         else:
-            doc = analyze_on_engine(engine, rules, runs or None, overrides)
+            doc = analyze_on_engine(engine, rules, runs or None, overrides, slo)
         doc["coverage"]["engine"] = engine.describe()
         return doc
     finally:

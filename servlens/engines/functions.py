@@ -221,11 +221,15 @@ def _ch_anonymous(node: exp.Anonymous):
 
 
 def _ch_string_agg(node: exp.GroupConcat, condition: exp.Expression | None = None):
-    """string_agg(x, sep [ORDER BY k [DESC], ...]) [FILTER (WHERE c)]: ClickHouse aggregates take no ORDER BY, so
+    """string_agg([DISTINCT] x, sep [ORDER BY k [DESC], ...]) [FILTER (WHERE c)]: ClickHouse aggregates take no ORDER BY, so
     the pairs (x, keys) are collected (groupArrayIf: NULL x skipped, as string_agg does), sorted by the keys (a
     descending key is negated: numbers only) and joined."""
     inner = node.this
     value, keys = (inner.this, inner.expressions) if isinstance(inner, exp.Order) else (inner, [])
+    # string_agg(DISTINCT x, ...): each (x, keys) pair once (arrayDistinct keeps the first of each).
+    distinct = isinstance(value, exp.Distinct)
+    if distinct:
+        value = value.expressions[0]
     separator = node.args.get("separator") or exp.Literal.string(",")
     sort_keys = []
     for key in keys:
@@ -236,6 +240,8 @@ def _ch_string_agg(node: exp.GroupConcat, condition: exp.Expression | None = Non
         keep = exp.and_(keep, exp.Paren(this=condition.copy()))
     pair = exp.Tuple(expressions=[value.copy(), exp.Tuple(expressions=sort_keys or [exp.Literal.number(0)])])
     collected = exp.Anonymous(this="groupArrayIf", expressions=[pair, keep])
+    if distinct:
+        collected = exp.Anonymous(this="arrayDistinct", expressions=[collected])
     element = exp.Anonymous(this="tupleElement", expressions=[exp.to_identifier("p"), exp.Literal.number(1)])
     ordered = exp.Anonymous(this="arraySort", expressions=[
         exp.Lambda(this=exp.Anonymous(this="tupleElement", expressions=[exp.to_identifier("p"), exp.Literal.number(2)]),
