@@ -16,10 +16,6 @@ from pathlib import Path
 
 import pytest
 
-# Out of the default run and of CI until the parity is repaired after tonight's merges (issue 17 note: the
-# workload's shared vocabulary and the SQL-first rules changed under the engine layer).
-pytestmark = pytest.mark.engines
-
 from servlens.analysis.rules import load_rules
 from servlens.analysis.runner import analyze
 from servlens.engines.analysis import analyze_on_engine
@@ -141,6 +137,9 @@ def _bounded(moved: dict) -> None:
     assert moved["rows_moved"] <= moved["scopes"] * (2 + moved["metric_names"]) + moved["shown"], moved
 
 
+@pytest.mark.xfail(strict=True, reason="issue 17: the SQL-first rules ported after the engine layer do not all run on "
+                   "chDB yet (printf's %,d, the sl_* statistical functions, ClickHouse's scoping of a CTE alias in a "
+                   "correlated subquery, a Variant join key); `servlens engines check --engine chdb` lists them")
 def test_chdb_finds_what_duckdb_finds(duckdb_engine, chdb_engine):
     _bounded(check_engine_parity(duckdb_engine, chdb_engine))
 
@@ -181,7 +180,8 @@ def test_spark_standalone_cluster_finds_what_duckdb_finds(duckdb_engine, spark_c
 def test_analyze_command_on_chdb(export_dir):
     result = subprocess.run(
         [sys.executable, "-m", "servlens", "analyze", "--engine", "chdb", "--table", f"parquet:{export_dir}",
-         "--run", "edge", "--rules", str(USER_RULES), "--format", "json"], capture_output=True, text=True, check=False)
+         "--run", "edge", "--rules", str(USER_RULES), "--preview", "--format", "json"], capture_output=True, text=True,
+        check=False)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["coverage"]["engine"]["name"] == "chdb"
