@@ -116,7 +116,7 @@ def _rounded(value: Any) -> Any:
     return value
 
 
-def _table(con, rule, spec: EvidenceSpec, params: dict) -> dict:
+def _table(con, rule, spec: EvidenceSpec, params: dict, values: dict) -> dict:
     names, rows = _rows(run_sql(con, rule, "evidence.table.sql", spec.spec["sql"], params))
     return {"columns": names, "rows": [[_rounded(v) for v in row] for row in rows]}
 
@@ -140,11 +140,10 @@ def _series(names: list[str], rows: list[tuple], key: str, rule) -> list[dict]:
             for i, name in enumerate(names) if i != xi and any(row[i] is not None for row in rows)]
 
 
-def _chart(con, rule, spec: EvidenceSpec, params: dict) -> dict:
+def _chart(con, rule, spec: EvidenceSpec, params: dict, values: dict) -> dict:
     s = spec.spec
     names, rows = _rows(run_sql(con, rule, "evidence.chart.sql", s["sql"], params))
     # Titles and labels may name the metrics ({_latency_short} per request ...), like the summary's sentences.
-    values = {**params, **_dicts(con.execute("SELECT * FROM rule_metrics"))[0]}
     title, x_label, y_label = (fill_template(s[k], values) for k in ("title", "x_label", "y_label"))
     chart = {"type": s["type"], "title": title, "x_label": x_label, "y_label": y_label,
              "x_time": s.get("x_time", False), "x_log": s.get("x_log", False), "y_log": s.get("y_log", False),
@@ -158,7 +157,7 @@ def _chart(con, rule, spec: EvidenceSpec, params: dict) -> dict:
     return chart
 
 
-def _windows(con, rule, spec: EvidenceSpec, params: dict) -> list[dict]:
+def _windows(con, rule, spec: EvidenceSpec, params: dict, values: dict) -> list[dict]:
     found = _dicts(run_sql(con, rule, "evidence.windows.sql", spec.spec["sql"], params))
     if found and not {"start", "end"} <= set(found[0]):
         raise RuleSqlError(rule, "evidence.windows.sql", f"returns {', '.join(found[0])}; windows need start, end",
@@ -175,7 +174,7 @@ def examples_sql(order_by: str, source: str, limit: int) -> tuple[str, str]:
     return prefix, suffix
 
 
-def _examples(con, rule, spec: EvidenceSpec, params: dict) -> list[dict]:
+def _examples(con, rule, spec: EvidenceSpec, params: dict, values: dict) -> list[dict]:
     s = spec.spec
     order_by = prepare(s.get("order_by") or "t_at", params)
     prefix, suffix = examples_sql(order_by, s.get("from", "scope_requests"), s.get("limit", 5))
@@ -219,7 +218,7 @@ def run_contract(con: duckdb.DuckDBPyConnection, rule, params: dict[str, Any]) -
         examples: list[dict] = []
         for kind, spec in contract.evidence.items():
             if state == "fired" or (spec.always and state == "clear"):
-                found = _EVIDENCE[kind](con, rule, spec, params)
+                found = _EVIDENCE[kind](con, rule, spec, params, values)
                 if kind == "examples":
                     examples = found
                 else:
