@@ -85,6 +85,13 @@ FUNCTION_NAMES = tuple(name for name, *_ in FUNCTIONS)
 
 def register(con: duckdb.DuckDBPyConnection) -> None:
     """Register the functions on `con` once (a second call is a no-op)."""
+    # A probe, not a catalog listing (this runs once per scope): the last function registered binds, so all do.
+    name, _, args, _ = FUNCTIONS[-1]
+    try:
+        con.execute(f"SELECT {name}({', '.join(f'CAST(NULL AS {a})' for a in args)}) WHERE FALSE")
+        return
+    except duckdb.CatalogException:
+        pass
     present = {row[0] for row in con.execute(
         "SELECT function_name FROM duckdb_functions() WHERE function_name LIKE 'sl\\_%' ESCAPE '\\'").fetchall()}
     for name, function, args, returns in FUNCTIONS:

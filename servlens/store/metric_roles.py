@@ -79,10 +79,11 @@ def groups() -> dict[str, tuple[str, ...]]:
 
 def install(con: duckdb.DuckDBPyConnection) -> None:
     """The `metric_roles` temp table on `con` (a temp table, so a read-only store gets it too); idempotent."""
-    exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'metric_roles' AND temporary"
-                         ).fetchone()[0]
-    if exists:
+    try:  # a probe, not a catalog listing: this runs once per scope
+        con.execute("SELECT 1 FROM temp.metric_roles LIMIT 0")
         return
+    except duckdb.CatalogException:
+        pass
     con.execute("CREATE TEMP TABLE metric_roles (role VARCHAR, engine VARCHAR, name VARCHAR, kind VARCHAR, "
                 "pull_group VARCHAR, preference INTEGER)")
     rows, order = [], {}
