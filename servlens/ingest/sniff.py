@@ -98,26 +98,31 @@ def sample_file(path: Path) -> FileSample:
         lines = lines[:-1]  # the last line may be cut off
     records = []
     first_bad = False
-    for index, line in enumerate(l for l in lines if l.strip()):
-        if index >= SAMPLE_LINES:
-            break
+    sampled = [line for line in lines if line.strip()][:SAMPLE_LINES]
+    for index, line in enumerate(sampled):
         try:
             records.append(json.loads(line))
         except ValueError:
             if index == 0:
                 first_bad = True
-                break
     if not first_bad and records:
         shape = "json" if suffix == ".json" and len(records) == 1 else "jsonl"
         return FileSample(shape, records=records)
-    # The first line is not a JSON value on its own: one document over many lines (pretty-printed).
+    # The first line is not a JSON value on its own: one document over many lines (pretty-printed), or JSON lines
+    # whose first line is broken (most of the others are objects: the bad line is kept as one, with its number).
+    objects = [r for r in records if isinstance(r, dict)]
+    lines_of_objects = len(objects) >= 2 and 2 * len(objects) >= len(sampled)
     if complete or path.stat().st_size <= WHOLE_JSON_BYTES:
         try:
             with open_decompressed(path) as handle:
                 document = json.loads(handle.read(WHOLE_JSON_BYTES + 1))
         except ValueError as exc:
+            if lines_of_objects:
+                return FileSample("jsonl", records=objects)
             return FileSample("json", json_multiline=True, problem=f"not valid JSON ({exc})")
         return FileSample("json", records=[document], json_multiline=True)
+    if lines_of_objects:
+        return FileSample("jsonl", records=objects)
     return FileSample("json", json_multiline=True, problem="a JSON document too large to sniff; name its format with --from")
 
 
