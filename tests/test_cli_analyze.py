@@ -221,15 +221,19 @@ def test_rules_list_explain_and_test(cli_runner):
     explain = invoke(cli_runner, ["rules", "explain", "sl003"]).output
     assert explain.startswith("# reasoning-content-leakage (SL003)\n")
     assert "## What it detects" in explain and "- max_leak_share = 0.002 (a number from 0 to 1): 0.2% was" in explain
-    result = invoke(cli_runner, ["rules", "test"])
-    from servlens.analysis.cases import collect
-
-    assert result.exit_code == 0 and result.output.endswith(f" passed, 0 failed, {len(collect())} cases\n")
     result = invoke(cli_runner, ["rules", "test", USER_RULES, "-v"])
     assert result.output == ("ok   XY901::one_in_five_failing_fires\nok   XY901::all_ok_is_clear\n"
                              "ok   XY901::no_status_is_not_evaluable\n3 passed, 0 failed, 3 cases\n")
     listing = invoke(cli_runner, ["rules", "list", "--rules", USER_RULES]).output
     assert "XY901   high-error-rate" in listing
+
+
+@pytest.mark.slow  # every built-in case also runs one test each, through the same run_case (tests/analysis/test_rule_cases.py)
+def test_rules_test_runs_every_builtin_case(cli_runner):
+    from servlens.analysis.cases import collect
+
+    result = invoke(cli_runner, ["rules", "test"])
+    assert result.exit_code == 0 and result.output.endswith(f" passed, 0 failed, {len(collect())} cases\n")
 
 
 def test_rules_test_exits_1_when_a_case_fails(cli_runner, tmp_path):
