@@ -35,7 +35,8 @@ from servlens.ingest.profiles import (
     get_profile,
     load_profile_file,
 )
-from servlens.ingest.requests import SourceResult, column_coverage, ingest_request_file
+from servlens.ingest.metric_lines import ingest_metric_lines
+from servlens.ingest.requests import SourceResult, _stem, column_coverage, ingest_request_file
 from servlens.ingest.sniff import FileSample, sample_file, score_profile, sniff, unwrap_sample
 
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
@@ -307,6 +308,19 @@ def _ingest_plans(con: duckdb.DuckDBPyConnection, plans: list[_Plan], not_files:
                         con, plan.path, plan.profile, run=run, keep_text=keep_text, strict=strict, start=start_dt,
                         tz=tz, json_multiline=bool(plan.sample and plan.sample.json_multiline), wrapper=plan.wrapper,
                     )
+                gauges = None
+                if plan.profile.metric_lines is not None:
+                    # the same log's gauge lines (vLLM's stats line): a metrics source of the log's run
+                    gauges = ingest_metric_lines(con, plan.path, plan.profile, start=start_dt, tz=tz,
+                                                 run=(result.runs or [run or _stem(plan.path)])[0])
+                    if gauges["rows"] or gauges["skipped"]:
+                        touched.append(gauges["run"])
+                    else:
+                        gauges = None
+                if result.rows == 0 and not result.skipped and gauges:
+                    _drop_rowless_source(con, result, plan.profile)  # a console log of gauges only: no request
+                    report.sources.append(gauges)
+                    continue
                 if result.rows == 0 and not result.skipped:
                     # Recognised, yet not one row: a named file is an error, a file in a folder a listed skip.
                     reason = _drop_rowless_source(con, result, plan.profile)
@@ -321,6 +335,8 @@ def _ingest_plans(con: duckdb.DuckDBPyConnection, plans: list[_Plan], not_files:
                 request_results.append((len(report.sources), result))
                 report.sources.append(result.to_dict())
                 touched.extend(result.runs)
+                if gauges:
+                    report.sources.append(gauges)
             else:
                 label = run or _scrape_run(metrics.metrics_run_for(plan.path, index or None), plan, request_results)
                 summary = _ingest_metrics(con, plan, run=label, at=at, index=index or None,
