@@ -58,8 +58,11 @@ ERROR_CLASSES: tuple[tuple[str, tuple[int, ...], tuple[str, ...], tuple[str, ...
                           "invalid api key"), (),
      "HTTP 401/403: a wrong, expired or unauthorised key"),
     ("client_abort", (499,), (), ("abort",), "HTTP 499 / abort: the client closed the request before the answer"),
+    # TGI answers a model shard's failure with 424 Failed Dependency, "Request failed during generation: ..."
+    # (router/src/server.rs, InferError::GenerationError): the server failed, whatever the status says.
     ("server_5xx", tuple(range(500, 600)), ("internalserver", "internal server", "serviceunavailable",
-                                            "service unavailable", "bad gateway", "badgateway"), (),
+                                            "service unavailable", "bad gateway", "badgateway",
+                                            "request failed during generation"), (),
      "HTTP 500/502/503: the upstream server failed"),
 )
 # The only HTTP statuses a connection failure may carry: a 408 whose text also names the fallback's connection error

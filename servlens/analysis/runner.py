@@ -176,9 +176,9 @@ WHERE false
 
 # The scope's metric samples with the role each plays (servlens/store/metric_roles.toml); `preference` orders the
 # names of one role (1 = the one to read when a rule wants a single series).
-SCOPE_ROLE_SAMPLES_SQL = """
+SCOPE_ROLE_SAMPLES_SQL = f"""
 CREATE OR REPLACE TEMP VIEW scope_role_samples AS
-SELECT m.*, r.role, r.engine, r.preference FROM scope_metrics m JOIN metric_roles r ON r.name = m.name
+SELECT m.*, r.role, r.engine, r.preference FROM scope_metrics m JOIN metric_roles r ON {metric_roles.ROLE_JOIN_SQL}
 """
 
 SCOPE_METRICS_SQL = """
@@ -258,11 +258,19 @@ def present_metrics(con: duckdb.DuckDBPyConnection) -> set[str]:
     return {row[0] for row in con.execute("SELECT DISTINCT name FROM scope_metrics").fetchall()}
 
 
+def _metric_text(metric: str) -> str:
+    """A required metric as a reason names it: a role with its first names (metric_roles.toml)."""
+    if not metric.startswith("role:"):
+        return metric
+    names = metric_roles.names(metric[len("role:"):])
+    return f"{metric} ({', '.join(names[:3])}{', …' if len(names) > 3 else ''})"
+
+
 def missing_reason(rule: Rule, columns: set[str], metrics: set[str]) -> str:
     """Why no evidence path of the rule is available, naming the missing columns and metrics of each."""
     parts = []
     for req in rule.requires:
-        missing = [c for c in req.columns if c not in columns] + [m for m in req.metrics
+        missing = [c for c in req.columns if c not in columns] + [_metric_text(m) for m in req.metrics
                                                                   if not req.metric_present(m, metrics)]
         parts.append(f"{req.name} (missing {', '.join(missing)})")
     lead = "needs " + ("one of: " if len(parts) > 1 else "")

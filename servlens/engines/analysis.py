@@ -30,6 +30,7 @@ from servlens.analysis.runner import (
 )
 from servlens.engines.base import Engine, EngineError
 from servlens.errors import ConfigError
+from servlens.store.metric_roles import ROLE_JOIN_SQL
 from servlens.store.frames import first_row
 from servlens.store.runs import select_runs
 
@@ -54,15 +55,11 @@ def _value_literal(value: Any) -> str:
 
 
 def _metric_roles_sql() -> str:
-    from servlens.store.metric_roles import load_roles
+    from servlens.store.metric_roles import table_rows
 
-    order: dict[str, int] = {}
-    rows = []
-    for row in load_roles():
-        order[row.role] = order.get(row.role, 0) + 1
-        rows.append([row.role, row.engine, row.name, row.kind, row.group, order[row.role]])
     return _literal_rows([("role", "VARCHAR"), ("engine", "VARCHAR"), ("name", "VARCHAR"), ("kind", "VARCHAR"),
-                          ("pull_group", "VARCHAR"), ("preference", "INTEGER")], rows)
+                          ("pull_group", "VARCHAR"), ("preference", "INTEGER"), ("label_key", "VARCHAR"),
+                          ("label_value", "VARCHAR")], table_rows())
 
 
 _DIGITS = " UNION ALL ".join(f"SELECT {d} AS d" for d in range(10))
@@ -116,7 +113,7 @@ def scope_views(scope: Scope, spec=None, manifest: dict | None = None) -> dict[s
         "scope_metrics": f"SELECT * FROM metric_samples WHERE {metric_where}",
         "metric_roles": _metric_roles_sql(),
         "scope_role_samples": "SELECT m.*, r.role, r.engine, r.preference FROM scope_metrics m "
-                              "JOIN metric_roles r ON r.name = m.name",
+                              f"JOIN metric_roles r ON {ROLE_JOIN_SQL}",
         "runs": _literal_rows(_RUN_COLUMNS, [[run, bool(meta.get("relative_clock")), meta.get("tz")]
                                              for run, meta in (manifest or {}).get("runs", {}).items()]),
         "sources": _literal_rows(_SOURCE_COLUMNS, [[src.get(c) if c != "run" else run for c, _ in _SOURCE_COLUMNS]

@@ -13,6 +13,7 @@ folder that nothing recognises is listed as skipped with the reason.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import zoneinfo
@@ -35,8 +36,18 @@ from servlens.ingest.profiles import (
     get_profile,
     load_profile_file,
 )
-from servlens.ingest.requests import SourceResult, column_coverage, ingest_request_file
-from servlens.ingest.sniff import FileSample, sample_file, score_profile, sniff, unwrap_sample
+from servlens.ingest.metric_lines import ingest_metric_lines
+from servlens.ingest.requests import SourceResult, _stem, column_coverage, ingest_request_file
+from servlens.ingest.sniff import (
+    FileSample,
+    parse_path,
+    path_present,
+    read_head,
+    sample_file,
+    score_profile,
+    sniff,
+    unwrap_sample,
+)
 
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 
@@ -307,9 +318,22 @@ def _ingest_plans(con: duckdb.DuckDBPyConnection, plans: list[_Plan], not_files:
                         con, plan.path, plan.profile, run=run, keep_text=keep_text, strict=strict, start=start_dt,
                         tz=tz, json_multiline=bool(plan.sample and plan.sample.json_multiline), wrapper=plan.wrapper,
                     )
+                gauges = None
+                if plan.profile.metric_lines is not None:
+                    # the same log's gauge lines (vLLM's stats line): a metrics source of the log's run
+                    gauges = ingest_metric_lines(con, plan.path, plan.profile, start=start_dt, tz=tz,
+                                                 run=(result.runs or [run or _stem(plan.path)])[0])
+                    if gauges["rows"] or gauges["skipped"]:
+                        touched.append(gauges["run"])
+                    else:
+                        gauges = None
+                if result.rows == 0 and not result.skipped and gauges:
+                    _drop_rowless_source(con, result, plan.profile)  # a console log of gauges only: no request
+                    report.sources.append(gauges)
+                    continue
                 if result.rows == 0 and not result.skipped:
                     # Recognised, yet not one row: a named file is an error, a file in a folder a listed skip.
-                    reason = _drop_rowless_source(con, result, plan.profile)
+                    reason = _drop_rowless_source(con, result, plan.profile, plan.sample, plan.wrapper)
                     if plan.named:
                         raise InputError(
                             f"{plan.path} looks like {plan.profile.name} but gave no rows: {reason}",
@@ -321,6 +345,8 @@ def _ingest_plans(con: duckdb.DuckDBPyConnection, plans: list[_Plan], not_files:
                 request_results.append((len(report.sources), result))
                 report.sources.append(result.to_dict())
                 touched.extend(result.runs)
+                if gauges:
+                    report.sources.append(gauges)
             else:
                 label = run or _scrape_run(metrics.metrics_run_for(plan.path, index or None), plan, request_results)
                 summary = _ingest_metrics(con, plan, run=label, at=at, index=index or None,
@@ -398,14 +424,19 @@ def check_something_ingested(report: IngestReport, inputs: list[str] | tuple[str
                      "--profile FILE")
 
 
-def _drop_rowless_source(con: duckdb.DuckDBPyConnection, result: SourceResult, profile: Profile) -> str:
+def _drop_rowless_source(con: duckdb.DuckDBPyConnection, result: SourceResult, profile: Profile,
+                         sample: FileSample | None = None, wrapper=None) -> str:
     """Remove the sources of a file that gave no row (and runs left empty); say why it gave none."""
     if result.bad_lines and result.first_errors:
         first = result.first_errors[0]
         where = f"line {first['line']}" if first.get("line") is not None else "the file"
         reason = f"all {result.bad_lines} record line(s) are bad (first: {where}: {first['reason']})"
+    elif profile.reader == "csv" and not _csv_has_rows(Path(result.path)):
+        reason = "the file holds no record (a header only)"
     elif profile.where:
-        reason = "no record passed the profile's row filter (where)"
+        reason = "no record passed the profile's row filter (where)" + _where_fields_missing(profile, sample, wrapper)
+    elif profile.reader == "lines":
+        reason = "no line of the file matches the profile's [lines] patterns"
     elif profile.explode_path or profile.explode_zip:
         reason = "no record holds an element the profile reads as a request"
     else:
@@ -417,6 +448,41 @@ def _drop_rowless_source(con: duckdb.DuckDBPyConnection, result: SourceResult, p
             con.execute("DELETE FROM runs WHERE run = ? AND NOT EXISTS (SELECT 1 FROM sources WHERE run = ?)",
                         [run, run])
     return reason
+
+
+def _csv_has_rows(path: Path) -> bool:
+    """Whether a CSV has a line after its header (a line break inside a quoted header field aside)."""
+    return sum(1 for line in read_head(path, 1 << 16).splitlines() if line.strip()) > 1
+
+
+_WHERE_PATH_RE = re.compile(r"'(\$[^']*)'")
+
+
+def _where_fields_missing(profile: Profile, sample: FileSample | None, wrapper) -> str:
+    """The fields the row filter reads that no sampled record has (JSON records), or the captures it needs (a line
+    reader): the words that tell a user which fields the file lacks."""
+    if profile.reader == "lines":
+        needed = sorted(set(re.findall(r"\bm\.(\w+)\s+IS NOT NULL", profile.where or "")))
+        if needed:
+            return (f": no line gave the capture(s) {', '.join(needed)} (its [lines] patterns match none of the "
+                    "file's lines, or not all of them)")
+        return ""
+    if sample is None or not sample.records:
+        return ""
+    if wrapper is not None:
+        sample = unwrap_sample(sample, wrapper) or sample
+    records = [r for r in sample.records if isinstance(r, dict)]
+    missing = []
+    for path in dict.fromkeys(_WHERE_PATH_RE.findall(profile.where or "")):
+        try:
+            tokens = parse_path(path)
+        except ValueError:
+            continue
+        if records and not any(path_present(r, tokens) for r in records):
+            missing.append(path)
+    if not missing:
+        return ""
+    return f": none of the first {len(records)} record(s) has {', '.join(missing)}"
 
 
 def _ingest_metrics(con, plan: _Plan, *, run, at, index, keep_text: bool, strict: bool) -> dict:

@@ -26,7 +26,7 @@ INGESTER_COLUMNS = ("run", "source_id", "source_line", "attrs", "prompt_text", "
 MAPPABLE_COLUMNS = tuple(c for c in REQUEST_COLUMNS if c not in INGESTER_COLUMNS)
 _TOP_KEYS = {
     "name", "title", "description", "reader", "priority", "clock", "run", "detect", "explode", "let", "macros",
-    "columns", "text", "attrs", "units", "derived", "csv", "where", "unwrap", "extends", "lines",
+    "columns", "text", "attrs", "units", "derived", "csv", "where", "unwrap", "extends", "lines", "metric_lines",
 }
 # How a record sits inside what the file holds (an [unwrap] step, or a log store's wrapper):
 #   record      a JSON path to the one record inside each line/document ($._source)
@@ -70,6 +70,21 @@ WRAPPERS = (
     Wrapper("datadog-logs", "Datadog Logs API answer (data[*].attributes.message as JSON text)",
             "records_text", "$.data[*].attributes.message", ("$.data[0].attributes.message",)),
 )
+_METRIC_NAME_RE = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*$")
+
+
+@dataclass(frozen=True)
+class MetricLines:
+    """Reader "lines": log lines that carry an engine's gauges (vLLM's periodic stats line) become metric samples,
+    next to the request rows the same file gives. Expressions read the captures as `m.<name>`, like [columns]."""
+
+    patterns: tuple[str, ...]
+    names: tuple[tuple[str, ...], ...]  # each pattern's capture names, in group order
+    ts: str  # the sample time (a TIMESTAMP expression; the profile's clock applies)
+    gauges: dict[str, str]  # stored metric name -> value expression (DOUBLE)
+    labels: dict[str, str] = field(default_factory=dict)  # label -> text expression
+
+
 _DETECT_KEYS = {"must", "may", "must_not", "columns", "may_columns", "filename", "line"}
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _TEXT_ATTR_RE = re.compile(
@@ -115,6 +130,7 @@ class Profile:
     units: dict[str, str] = field(default_factory=dict)
     derived: dict[str, str] = field(default_factory=dict)
     csv_options: dict[str, object] = field(default_factory=dict)
+    metric_lines: MetricLines | None = None
     builtin: bool = False
 
 
@@ -238,6 +254,7 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
     if set(line_key) - known:
         unknown_key = ", ".join(sorted(set(line_key) - known))
         raise ConfigError(f"Profile {name}: lines.key names captures no pattern has: {unknown_key}")
+    metric_lines = _metric_lines(data.get("metric_lines"), reader, name)
     detect_line = detect.get("line")
     if detect_line is not None:
         try:
@@ -281,8 +298,42 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
         units={k: str(v) for k, v in data.get("units", {}).items()},
         derived=derived,
         csv_options=dict(csv_options),
+        metric_lines=metric_lines,
         builtin=builtin,
     )
+
+
+def _capture_names(pattern: str, where: str, name: str) -> tuple[str, ...]:
+    try:
+        groups = re.compile(pattern).groupindex
+    except re.error as exc:
+        raise ConfigError(f"Profile {name}: {where} pattern {pattern!r} is not a valid regex ({exc})") from exc
+    if not groups:
+        raise ConfigError(f"Profile {name}: {where} pattern {pattern!r} has no named capture (?P<name>...)")
+    return tuple(sorted(groups, key=groups.get))
+
+
+def _metric_lines(spec, reader: str, name: str) -> MetricLines | None:
+    if spec is None:
+        return None
+    keys = {"patterns", "ts", "gauges", "labels"}
+    if not isinstance(spec, dict) or set(spec) - keys:
+        raise ConfigError(f"Profile {name}: [metric_lines] takes {', '.join(sorted(keys))}", "See docs/profiles.md")
+    if reader != "lines":
+        raise ConfigError(f"Profile {name}: [metric_lines] needs reader 'lines'")
+    patterns = _strings(spec.get("patterns"), "metric_lines.patterns", name)
+    if not patterns:
+        raise ConfigError(f"Profile {name}: [metric_lines] needs patterns (regexes with named captures)")
+    if not isinstance(spec.get("ts"), str):
+        raise ConfigError(f"Profile {name}: [metric_lines] needs ts, an SQL expression for the sample time")
+    gauges = _table(spec, "gauges", name)
+    if not gauges:
+        raise ConfigError(f"Profile {name}: [metric_lines.gauges] must name at least one metric")
+    bad = [g for g in gauges if not _METRIC_NAME_RE.match(g)]
+    if bad:
+        raise ConfigError(f"Profile {name}: [metric_lines.gauges] {', '.join(bad)} is not a Prometheus metric name")
+    return MetricLines(tuple(patterns), tuple(_capture_names(p, "metric_lines", name) for p in patterns),
+                       spec["ts"], gauges, _table(spec, "labels", name))
 
 
 def _merge_extends(data: dict, path: str, raw_of: dict[str, dict], seen: tuple[str, ...] = ()) -> dict:

@@ -15,7 +15,7 @@ import duckdb
 from servlens.errors import ConfigError
 
 KINDS = ("gauge", "counter", "histogram", "info")
-_KEYS = ("role", "engine", "name", "kind", "source", "group")
+_KEYS = ("role", "engine", "name", "kind", "source", "group", "labels")
 _REQUIRED = ("role", "engine", "name", "kind", "source")
 
 
@@ -27,6 +27,9 @@ class MetricRole:
     kind: str
     source: str
     group: str
+    # a label the series must carry to play the role (Triton's nv_trt_llm_request_metrics{request_type="waiting"}):
+    # (key, value), or None for every series of the name
+    label: tuple[str, str] | None = None
 
 
 def parse_roles(data: dict, where: str) -> tuple[MetricRole, ...]:
@@ -42,11 +45,16 @@ def parse_roles(data: dict, where: str) -> tuple[MetricRole, ...]:
                 raise ConfigError(f"{at}: {key} is missing", "Give " + ", ".join(_REQUIRED))
         if spec["kind"] not in KINDS:
             raise ConfigError(f"{at}: kind '{spec['kind']}' is not a kind", "Allowed: " + ", ".join(KINDS))
-        if (spec["role"], spec["name"]) in seen:
+        labels = spec.get("labels")
+        if labels is not None and not (isinstance(labels, dict) and len(labels) == 1
+                                       and all(isinstance(v, str) for v in labels.values())):
+            raise ConfigError(f"{at}: labels must be one label = value", 'e.g. labels = {request_type = "waiting"}')
+        label = next(iter(labels.items())) if labels else None
+        if (spec["role"], spec["name"], label) in seen:
             raise ConfigError(f"{at}: {spec['name']} is listed twice for role {spec['role']}", "Keep one row")
-        seen.add((spec["role"], spec["name"]))
+        seen.add((spec["role"], spec["name"], label))
         rows.append(MetricRole(spec["role"], spec["engine"], spec["name"], spec["kind"], spec["source"],
-                               spec.get("group", spec["role"])))
+                               spec.get("group", spec["role"]), label))
     return tuple(rows)
 
 
@@ -85,9 +93,20 @@ def install(con: duckdb.DuckDBPyConnection) -> None:
     except duckdb.CatalogException:
         pass
     con.execute("CREATE TEMP TABLE metric_roles (role VARCHAR, engine VARCHAR, name VARCHAR, kind VARCHAR, "
-                "pull_group VARCHAR, preference INTEGER)")
+                "pull_group VARCHAR, preference INTEGER, label_key VARCHAR, label_value VARCHAR)")
+    con.executemany("INSERT INTO metric_roles VALUES (?, ?, ?, ?, ?, ?, ?, ?)", table_rows())
+
+
+def table_rows() -> list[list]:
+    """The rows of the `metric_roles` table: role, engine, name, kind, pull_group, preference (1 = the first name of
+    its role in the file), label_key, label_value (NULL: any series of the name)."""
     rows, order = [], {}
     for row in load_roles():
         order[row.role] = order.get(row.role, 0) + 1
-        rows.append([row.role, row.engine, row.name, row.kind, row.group, order[row.role]])
-    con.executemany("INSERT INTO metric_roles VALUES (?, ?, ?, ?, ?, ?)", rows)
+        key, value = row.label or (None, None)
+        rows.append([row.role, row.engine, row.name, row.kind, row.group, order[row.role], key, value])
+    return rows
+
+
+# How a sample `m` plays a role `r`: its name, and the role's label when it names one.
+ROLE_JOIN_SQL = "r.name = m.name AND (r.label_key IS NULL OR m.labels[r.label_key] = r.label_value)"

@@ -192,4 +192,4 @@ def test_vllm_scrapes_alone_show_the_burst_through_the_histograms():
     m = f["evidence"]["metrics"]
     assert f["state"] == "fired" and f["scope"] == {"run": "burst50", "model": "tiny", "deployment": None}
     assert m["requests"] == 50 and m["cold_start"] is True and m["queue_share"] > 0.9
-    assert "From vLLM's histograms only" in f["summary"] and f["examples"] == []
+    assert "From the engine's histograms only" in f["summary"] and f["examples"] == []

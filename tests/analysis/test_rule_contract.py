@@ -101,7 +101,8 @@ def test_a_scope_without_times_has_no_windows():
 
 def test_metric_roles_come_from_the_one_file_and_join_the_scope_samples():
     assert metric_roles.names("waiting") == ("vllm:num_requests_waiting", "llamacpp:requests_deferred",
-                                             "sglang:num_queue_reqs", "tgi_queue_size")
+                                             "sglang:num_queue_reqs", "tgi_queue_size", "nv_trt_llm_request_metrics",
+                                             "num_requests_waiting", "trtllm_num_requests_waiting")
     assert metric_roles.names("kv_usage")[0] == "vllm:kv_cache_usage_perc"
     con = open_store(None)
     con.execute("""INSERT INTO metric_samples (run, ts, name, type, series, labels, value) VALUES
@@ -110,6 +111,21 @@ def test_metric_roles_come_from_the_one_file_and_join_the_scope_samples():
     prepare_scope(con, Scope("r", None, None))
     assert con.execute("SELECT role, engine, preference, value FROM scope_role_samples").fetchall() == [
         ("waiting", "llamacpp", 2, 3.0)]
+
+
+def test_a_role_with_a_label_takes_only_the_series_with_that_label():
+    # Triton's TRT-LLM backend: one gauge family, the statistic in request_type
+    con = open_store(None)
+    con.execute("""INSERT INTO metric_samples (run, ts, name, type, series, labels, value)
+                   SELECT 'r', TIMESTAMP '2026-11-28 10:00:00', 'nv_trt_llm_request_metrics', 'gauge', 'value',
+                          MAP {'request_type': t}, v
+                   FROM (VALUES ('waiting', 6), ('scheduled', 4), ('max', 512), ('active', 10)) x(t, v)""")
+    prepare_scope(con, Scope("r", None, None))
+    assert con.execute("SELECT role, engine, value FROM scope_role_samples ORDER BY role").fetchall() == [
+        ("running", "triton-trtllm", 4.0), ("waiting", "triton-trtllm", 6.0)]
+    with pytest.raises(ConfigError, match=r"x\.toml: role\[0\]: labels must be one label = value"):
+        metric_roles.parse_roles({"role": [{"role": "a", "engine": "e", "name": "n", "kind": "gauge", "source": "s",
+                                            "labels": {"a": "1", "b": "2"}}]}, "x.toml")
 
 
 def test_the_roles_file_is_validated():

@@ -91,7 +91,7 @@ def test_the_firing_path_on_real_vllm_scrapes_matches_queue_times_to_the_waiting
 def test_llamacpp_has_no_kv_gauge_so_kv_pressure_is_not_evaluable(llamacpp):
     f = _finding(llamacpp, "SL009", "burst50")
     assert f["state"] == "not_evaluable"
-    assert "missing llamacpp:kv_cache_usage_ratio" in f["reason"]
+    assert "KV cache usage gauge (missing role:kv_usage" in f["reason"]
 
 
 # --- SL010 ---------------------------------------------------------------------------------------------------------

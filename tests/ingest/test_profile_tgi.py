@@ -14,9 +14,9 @@ SAMPLE = FORMATS / "tgi" / "tgi-router.jsonl"
 def test_durations_in_mixed_units_become_seconds():
     assert sniffed_name(SAMPLE) == "tgi-router-json"
     source, rows, _ = ingest_rows(SAMPLE)
-    # the two "Connected" startup lines are not requests (where), and not bad lines either
-    assert (source["rows"], source["bad_lines"]) == (3, 0)
-    ok, failed, real_error = rows
+    # the two "Connected" startup lines and the backend's batch-span error are not requests (where), nor bad lines
+    assert (source["rows"], source["bad_lines"]) == (6, 0)
+    ok, failed, real_error, overloaded, generation, incomplete = rows
     assert ok["e2e_s"] == pytest.approx(0.357867572, abs=1e-12)
     assert ok["queue_s"] == pytest.approx(49.382e-6, abs=1e-12)  # "49.382µs"
     assert ok["attrs"]["validation_s"] == pytest.approx(1.96844e-3, abs=1e-12)
@@ -25,15 +25,34 @@ def test_durations_in_mixed_units_become_seconds():
     assert ok["ttft_s"] is None and ok["prompt_tokens"] is None and ok["model"] is None
     assert ok["t_end"] == datetime(2024, 7, 1, 5, 12, 41, 583307)
     assert ok["t_arrival"] == datetime(2024, 7, 1, 5, 12, 41, 225439)  # end - total_time, to the microsecond
-    assert (ok["max_tokens"], ok["stream"], ok["status"]) == (512, False, "ok")
+    assert (ok["max_tokens"], ok["stream"], ok["status"], ok["error_type"]) == (512, False, "ok", None)
+    # server.rs logs a streaming-only validation error as "Input validation error: ..." in the handler's span
     assert (failed["status"], failed["error_type"], failed["http_status"]) == ("error", "validation", 422)
     assert failed["t_arrival"] is None and failed["e2e_s"] is None and failed["stream"] is True
-    assert failed["finish_reason"] == "error"
-    # a real TGI --json-output error line: the bare validation message from text_generation_router::infer
+    assert failed["finish_reason"] == "error" and failed["endpoint"] == "/generate_stream"
+    # a real TGI --json-output error line: the bare validation message from text_generation_router::infer, under
+    # a Vertex handler (its route is AIP_PREDICT_ROUTE: endpoint unknown) calling the non-streamed generate
     assert (real_error["status"], real_error["error_type"], real_error["http_status"]) == ("error", "validation", 422)
-    assert real_error["t_end"] == datetime(2024, 10, 25, 22, 35, 49, 174225) and real_error["stream"] is True
+    assert real_error["t_end"] == datetime(2024, 10, 25, 22, 35, 49, 174225)
+    assert (real_error["stream"], real_error["endpoint"]) == (None, None)
     assert real_error["error_message"].startswith("`inputs` tokens + `max_new_tokens` must be <= 2048")
+    # infer's own generate_stream span under a /generate call: the handler (outermost span) says not streamed
+    assert (overloaded["error_type"], overloaded["http_status"], overloaded["stream"]) == ("overloaded", 429, False)
+    assert (overloaded["error_message"], overloaded["max_tokens"]) == ("no permits available", 256)
+    # a shard failure is logged in the backend's send_error span, four spans below the handler
+    assert (generation["error_type"], generation["http_status"], generation["stream"]) == ("generation", 424, True)
+    assert generation["endpoint"] == "/generate_stream" and generation["max_tokens"] == 256
+    assert (incomplete["error_type"], incomplete["http_status"]) == ("incomplete_generation", 500)
 
+
+def test_router_errors_are_failed_requests_of_their_class():
+    from servlens.analysis.vocabulary import ERROR_CLASS, FAILED
+    _, _, con = ingest_rows(SAMPLE)
+    found = con.execute(f"SELECT error_type, {FAILED}, {ERROR_CLASS} FROM requests WHERE status = 'error' "
+                        "ORDER BY source_line").fetchall()
+    assert found == [("validation", True, "context_validation"), ("validation", True, "context_validation"),
+                     ("overloaded", True, "rate_limit"), ("generation", True, "server_5xx"),
+                     ("incomplete_generation", True, "server_5xx")]
 
 TEXT_SAMPLE = FORMATS / "tgi" / "tgi-router-text.log"
 

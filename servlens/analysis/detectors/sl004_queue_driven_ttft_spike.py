@@ -30,7 +30,7 @@ USES = {
         "tail_quantile", "prompt_growth_limit", "critical_ratio", "critical_share",
         "warmup_max_requests"
     ],
-    "requires": ["llamacpp_deferred_gauge", "prefill_time", "queue_time", "vllm_histograms", "vllm_waiting_gauge"],
+    "requires": ["histograms", "prefill_time", "queue_time", "waiting_gauge"],
 }
 
 # The wait of one request (NULL when unknown: never read as no wait).
@@ -53,10 +53,10 @@ def _gauge_by_window(ctx: DetectorContext, role: str) -> tuple[str | None, dict[
         return None, {}
     found = ctx.rows(
         f"""SELECT w, max(v) AS v FROM (
-                SELECT {ctx.window.index_sql('ts')} AS w, ts, sum(value) AS v FROM scope_metrics
-                WHERE name = ? AND series = 'value' GROUP BY ts)
+                SELECT {ctx.window.index_sql('ts')} AS w, ts, sum(value) AS v FROM scope_role_samples
+                WHERE role = ? AND name = ? AND series = 'value' GROUP BY ts)
             GROUP BY w""",
-        [name],
+        [role, name],
     )
     return name, {row["w"]: row["v"] for row in found}
 
@@ -75,9 +75,9 @@ def _gauge_max(ctx: DetectorContext, role: str, first: int, last: int) -> tuple[
     lo = first * spec.width_s - pad
     hi = (last + 1) * spec.width_s + pad
     row = ctx.one(f"""SELECT max(v) AS v FROM (
-                          SELECT ts, sum(value) AS v FROM scope_metrics
-                          WHERE name = ? AND series = 'value' AND {spec.offset_sql('ts')} BETWEEN {lo} AND {hi}
-                          GROUP BY ts)""", [name])
+                          SELECT ts, sum(value) AS v FROM scope_role_samples
+                          WHERE role = ? AND name = ? AND series = 'value' AND {spec.offset_sql('ts')} BETWEEN {lo} AND {hi}
+                          GROUP BY ts)""", [role, name])
     return name, row.get("v")
 
 
@@ -104,9 +104,8 @@ class Scan:
 def detect(ctx: DetectorContext) -> dict:
     p = ctx.params
     per_request_wait = ctx.path_available("queue_time") or ctx.path_available("prefill_time")
-    per_request = per_request_wait or ctx.path_available("vllm_waiting_gauge") or ctx.path_available(
-        "llamacpp_deferred_gauge")
-    if not per_request and ctx.path_available("vllm_histograms"):
+    per_request = per_request_wait or ctx.path_available("waiting_gauge")
+    if not per_request and ctx.path_available("histograms"):
         return _from_histograms(ctx)
     if ctx.window is None:
         return not_evaluable("no request has an arrival, first-token or end time (t_arrival, t_first_token, t_end)",
@@ -418,7 +417,7 @@ def _from_histograms(ctx: DetectorContext) -> dict:
     threshold = max(p["spike_ratio"] * baseline, baseline + p["min_excess_s"])
     spikes = [i for i, r in enumerate(found) if r["ttft_count"] and r["ttft_mean"] >= threshold]
     metrics = {"requests": total_n, "scrape_intervals": len(found), "baseline_mean_s": rounded(baseline),
-               "spike_line_s": rounded(threshold), "wait_source": "vLLM histograms (interval means)"}
+               "spike_line_s": rounded(threshold), "wait_source": "engine histograms (interval means)"}
     thresholds = {k: p[k] for k in ("spike_ratio", "min_excess_s", "min_queue_share", "min_requests")}
     the_chart = chart("line", "Mean TTFT and queue time per scrape interval", "time", "seconds", [
         {"name": "mean TTFT (s)", "x": [iso(r["ts"]) for r in intervals], "y": [rounded(r["ttft_mean"]) for r in intervals]},
@@ -457,14 +456,14 @@ def _histogram_spike(ctx: DetectorContext, names: dict, found: list[dict], spike
         metrics["spike_kind"] = "prefill-driven"
         return {"state": "clear", "evidence": evidence,
                 "summary": f"Mean TTFT jumped to {secs(worst['ttft_mean'])} but it is prefill-driven, not queue-driven: "
-                           f"queue time is {pct(share)} of TTFT around the spike (vLLM histograms)."}
+                           f"queue time is {pct(share)} of TTFT around the spike ({names['ttft']}, {names['queue_time']})."}
     metrics["spike_kind"] = "queue-driven"
     where_text = "starting with the first traffic in the scrapes (cold start or initial burst)" if cold_start else \
         f"from {evidence['windows'][0]['start']}"
     result = {"state": "fired", "evidence": evidence,
               "summary": f"Mean TTFT jumped to {secs(worst['ttft_mean'])} ({metrics['observed_spike_ratio']:.1f}x "
                          f"{baseline_text}, {secs(baseline)}) in {len(spikes)} scrape interval(s) {where_text}; queue "
-                         f"time is {pct(share)} of TTFT around the spike. From vLLM's histograms only: interval means, "
+                         f"time is {pct(share)} of TTFT around the spike. From the engine's histograms only: interval means, "
                          "no per-request p99 and no example requests."}
     result["rollback"] = (f"After the change, watch the mean TTFT per scrape interval ({names['ttft']} "
                           f"sum/count): roll back if it does not stay below {secs(threshold)} through the next peak "
