@@ -291,7 +291,8 @@ def fit_covariates(con, before: str, after: str, metric: str, covariates: tuple[
                {', '.join(f"coalesce({s} FILTER (WHERE {known} AND {column} > 0), 0)" for s in sums)},
                coalesce(sum(ln({column})) FILTER (WHERE {known} AND {column} > 0), 0),
                coalesce(sum(ln({column}) * ln({column})) FILTER (WHERE {known} AND {column} > 0), 0)
-        FROM requests WHERE {_latency_where(column)} GROUP BY ALL""", {"before": before, "after": after}).fetchall()
+        FROM requests WHERE {_latency_where(column)} GROUP BY ALL ORDER BY m, side""",
+                       {"before": before, "after": after}).fetchall()   # models in name order on every engine
     per_model: dict = {}
     known_n, all_n = [0, 0], [0, 0]
     for row in rows:

@@ -155,7 +155,7 @@ class Engine:
                         replacement = exp.to_table(target, dialect=self.dialect)
                         replacement.set("alias", alias)
                     table.replace(replacement)
-        return translate(tree, self.name)
+        return translate(tree, self.name, copy=False)
 
     def query(self, sql: str, views: dict[str, str] | None = None) -> list[dict]:
         """Run portable SQL; its rows as dicts of plain Python values (naive UTC datetimes, floats, ints, str)."""

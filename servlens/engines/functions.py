@@ -10,11 +10,12 @@ meaning it relies on; sqlglot only prints the result. What is mapped, per engine
 |-----------------------------------------------|----------------------------------------------|----------------------------------------|
 | quantile_cont(x, q), percentile_cont(q) WITHIN GROUP (ORDER BY x), median(x) | quantileExactInclusive(q)(x) | percentile(x, q) |
 | quantile_cont(x, [q1, q2])[i]                 | quantileExactInclusive(q_i)(x)               | percentile(x, q_i)                     |
-| quantile_disc(x, q), quantile_disc(x, [q1, q2]) | the sorted values at max(1, ceil(n·q)) (integer arithmetic); a list is [] over no value | not mapped |
-| list([DISTINCT] x [ORDER BY x]) [FILTER (WHERE c)] | groupArray(If) of 1-tuples (NULLs kept), arrayDistinct, arraySort; [] over no row (no NULL array) | not mapped |
+| quantile_disc(x, q), quantile_disc(x, [q1, q2]) | the sorted values at max(1, ceil(n·q)) (integer arithmetic); a list is [] over no value | the same with array_sort(collect_list(x)) and element_at |
+| list([DISTINCT] x [ORDER BY x]) [FILTER (WHERE c)] | groupArray(If) of 1-tuples (NULLs kept), arrayDistinct, arraySort; [] over no row (no NULL array) | collect_list of structs [FILTER], array_distinct, array_sort; [] over no row |
 | epoch_us(t)                                   | toUnixTimestamp64Micro(t)                    | unix_micros(t)                         |
-| isfinite(x)                                   | isFinite(x)                                  | not mapped                             |
-| an integer literal beyond 64 bits (2^64)      | toInt128('...') (ClickHouse reads it as Float64) | not mapped                         |
+| isfinite(x)                                   | isFinite(x)                                  | NOT (isnan(x) OR abs(x) = inf)         |
+| an integer literal beyond 64 bits (2^64)      | toInt128('...') (ClickHouse reads it as Float64) | as written (a DECIMAL literal)      |
+| CAST(x AS HUGEINT)                            | Int128                                       | DECIMAL(38, 0)                         |
 | date_diff('unit', a, b)                       | dateDiff('unit', a, b)                       | timestampdiff(UNIT, a, b)              |
 | date_trunc('unit', t)                         | dateTrunc('unit', t)                         | date_trunc('UNIT', t)                  |
 | time_bucket(INTERVAL n SECOND, t)             | toStartOfInterval(t, INTERVAL n SECOND)      | from unix_micros, floored to n s       |
@@ -62,10 +63,11 @@ def parse(sql: str) -> exp.Expression:
         raise UnsupportedSQL(f"Cannot parse the SQL: {str(exc).splitlines()[0]}", "Fix the rule's SQL") from exc
 
 
-def translate(sql: str | exp.Expression, engine: str) -> str:
-    """`sql` (servlens' portable SQL, DuckDB dialect) as the engine runs it."""
+def translate(sql: str | exp.Expression, engine: str, copy: bool = True) -> str:
+    """`sql` (servlens' portable SQL, DuckDB dialect) as the engine runs it; a tree is rewritten in place with
+    copy=False (one the caller parsed for this alone: a copy of a large query costs more than its rewrite)."""
     dialect = DIALECTS[engine]
-    tree = parse(sql) if isinstance(sql, str) else sql.copy()
+    tree = parse(sql) if isinstance(sql, str) else (sql.copy() if copy else sql)
     if dialect == "duckdb":
         return tree.sql("duckdb")
     tree = _expand_order_by_all(_expand_group_by_all(tree))
@@ -466,7 +468,94 @@ def _spark_add(node: exp.Add):
     return exp.Cast(this=stamp, to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark"))
 
 
+def _spark_disc_position(value: exp.Expression, quantile: exp.Expression) -> exp.Expression:
+    """DuckDB's quantile_disc position (1-based): max(1, ceil(n·q)) in exact decimal arithmetic."""
+    numerator, denominator = _decimal_fraction(quantile)
+    n = exp.Cast(this=exp.Count(this=value.copy()), to=exp.DataType.build("DECIMAL(38, 0)"))
+    ceiling = exp.IntDiv(this=exp.Paren(this=exp.Add(this=exp.Mul(this=n, expression=exp.Literal.number(numerator)),
+                                                     expression=exp.Literal.number(denominator - 1))),
+                         expression=exp.Literal.number(denominator))
+    return exp.Cast(this=exp.Greatest(this=exp.Literal.number(1), expressions=[ceiling]),
+                    to=exp.DataType.build("INT"))
+
+
+def _spark_quantile_disc(node: exp.PercentileDisc):
+    """quantile_disc(x, q) / quantile_disc(x, [q1, ...]): the sorted non-NULL values at DuckDB's positions (Spark's
+    percentile_disc reads the level as a double); NULL over no value, as DuckDB."""
+    value, quantile = node.this, node.expression
+    if quantile is None:
+        return None
+    ordered = exp.Anonymous(this="array_sort", expressions=[exp.Anonymous(this="collect_list", expressions=[value.copy()])])
+
+    def at(q):
+        return exp.Anonymous(this="element_at", expressions=[ordered.copy(), _spark_disc_position(value, q)])
+
+    picked = (exp.Array(expressions=[at(q) for q in quantile.expressions]) if isinstance(quantile, exp.Array)
+              else at(quantile))
+    empty = exp.EQ(this=exp.Count(this=value.copy()), expression=exp.Literal.number(0))
+    return exp.If(this=empty, true=exp.Null(), false=picked)
+
+
+def _spark_list(node: exp.ArrayAgg, condition: exp.Expression | None = None):
+    """list([DISTINCT] x [ORDER BY x]) [FILTER (WHERE c)]: collect_list skips NULLs and list() keeps them, so the
+    values are collected in a struct (never NULL) and unwrapped; over no row Spark gives [] (DuckDB: NULL)."""
+    inner = node.this
+    value, keys = (inner.this, inner.expressions) if isinstance(inner, exp.Order) else (inner, [])
+    distinct = isinstance(value, exp.Distinct)
+    if distinct:
+        value = value.expressions[0]
+    if any(k.this != value or k.args.get("desc") or k.args.get("nulls_first") for k in keys):
+        raise UnsupportedSQL("On Spark, list(... ORDER BY ...) orders by the listed value, ascending, only",
+                             "Write list(x ORDER BY x)")
+    collected = exp.Anonymous(this="collect_list", expressions=[
+        exp.Anonymous(this="named_struct", expressions=[exp.Literal.string("v"), value.copy()])])
+    if condition is not None:
+        collected = exp.Filter(this=collected, expression=exp.Where(this=condition.copy()))
+    out = exp.Anonymous(this="transform", expressions=[
+        collected, exp.Lambda(this=exp.Dot(this=exp.to_identifier("e"), expression=exp.to_identifier("v")),
+                              expressions=[exp.to_identifier("e")])])
+    if distinct:
+        out = exp.Anonymous(this="array_distinct", expressions=[out])
+    if keys:
+        out = exp.Anonymous(this="array_sort", expressions=[out])   # NULLs last, as DuckDB's default
+    return out
+
+
+def _spark_filter(node: exp.Filter):
+    if isinstance(node.this, exp.ArrayAgg):
+        return _spark_list(node.this, node.expression.this)
+    return None
+
+
+def _spark_array_agg(node: exp.ArrayAgg):
+    return None if isinstance(node.parent, exp.Filter) else _spark_list(node)
+
+
+def _spark_cast(node: exp.Cast):
+    if node.to.this == exp.DataType.Type.INT128:   # Spark's widest exact integer: DECIMAL(38, 0), 126 bits
+        return exp.Cast(this=node.this.copy(), to=exp.DataType.build("DECIMAL(38, 0)"))
+    return None
+
+
+def _spark_anonymous(node: exp.Anonymous):
+    name = str(node.this).lower()
+    if name == "epoch_us":
+        return _micros(node.expressions[0])
+    if name == "isfinite":   # NULL stays NULL, as DuckDB's isfinite
+        x = node.expressions[0]
+        infinite = exp.EQ(this=exp.Abs(this=x.copy()),
+                          expression=exp.Cast(this=exp.Literal.string("Infinity"), to=exp.DataType.build("DOUBLE")))
+        return exp.Not(this=exp.Paren(this=exp.Or(this=exp.Anonymous(this="isnan", expressions=[x.copy()]),
+                                                  expression=infinite)))
+    return None
+
+
 _SPARK = {
+    exp.PercentileDisc: _spark_quantile_disc,
+    exp.Filter: _spark_filter,
+    exp.ArrayAgg: _spark_array_agg,
+    exp.Cast: _spark_cast,
+    exp.Anonymous: _spark_anonymous,
     exp.Add: _spark_add,
     exp.WithinGroup: _spark_percentile,
     exp.PercentileCont: _spark_percentile,
