@@ -41,10 +41,16 @@ from servlens.errors import ConfigError, InputError
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the points sampled for the covariate chart (results repeat exactly).")
 @click.option("--slo", "slo", multiple=True, metavar="ttft=2s,tpot=100ms",
               help="SLO targets: adds the change in goodput attainment as an advisory gate (MODEL:ttft=... for one model).")
+@click.option("--engine", "engine_url", default=None, metavar="URL",
+              help="Compare where the data is: duckdb (default), chdb, clickhouse://HOST:PORT/DB, spark:local[N], "
+                   "spark://HOST:PORT or sc://HOST:PORT; only aggregates come back.")
+@click.option("--table", "table", default=None, metavar="TABLE|parquet:DIR",
+              help="With --engine: the canonical requests table, or parquet:DIR (what 'servlens export --parquet "
+                   "DIR' wrote).")
 @prometheus_options(window=False)
 @click.pass_context
 def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from_format, templates_dir,
-            output_format, out, seed, slo, prometheus_url, prometheus_selector):
+            output_format, out, seed, slo, engine_url, table, prometheus_url, prometheus_selector):
     """Compare an AFTER run with a BEFORE run on matched cohorts and gate the release.
 
     BEFORE and AFTER are files or folders of request logs (ingested into a temporary store), or run labels in
@@ -58,6 +64,11 @@ def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from
         servlens compare before.jsonl after.jsonl --policy gates.toml --format md --out compare.md
         servlens compare before/ after/ --out gate.html --templates my-templates/
         servlens compare before/ after/ --prometheus http://prometheus:9090   (each side's own window)
+        servlens compare --engine chdb --table parquet:out/servlens --before prod-1127 --after canary-1128
+
+    With --engine and --table, BEFORE and AFTER are run labels in those tables (an export from 'servlens export
+    --db STORE --parquet DIR', or the canonical table on ClickHouse or Spark): the same verdicts and document as
+    on the store, computed there.
     """
     from servlens.compare.engine import compare_runs, exit_code
     from servlens.compare.policy import load_policy, parse_by
@@ -73,6 +84,12 @@ def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from
     if by is not None:
         policy = policy.with_by(parse_by(by))
     pull = prometheus_pull(prometheus_url, prometheus_selector)
+
+    if engine_url or table:
+        doc = _compare_on_engine(ctx, engine_url, table, db, before, after, before_run, after_run, policy, seed,
+                                 targets, pull, from_format)
+        write_output(render(doc, fmt, templates_dir), default_out(fmt, out, "compare"))
+        ctx.exit(exit_code(doc))
 
     scratch = tempfile.TemporaryDirectory(prefix="servlens-compare-")
     try:
@@ -104,6 +121,31 @@ def render(doc: dict, fmt: str, templates_dir: str | None = None) -> str:
     from servlens.render.compare_text import render_compare_text
 
     return render_compare_text(doc)
+
+
+def _compare_on_engine(ctx, engine_url, table, db, before, after, before_run, after_run, policy, seed, targets,
+                       pull, from_format) -> dict:
+    """--engine/--table: two run labels compared where the tables are (servlens/engines/compare.py)."""
+    from servlens.engines.compare import compare_where_the_data_is
+
+    if pull is not None or from_format:
+        raise ConfigError("--engine and --table compare runs where they are; --prometheus and --from read files",
+                          "Drop --prometheus/--from, or drop --engine/--table")
+    if before_run or after_run:
+        if before or after:
+            raise ConfigError("Give either two run labels as arguments or --before/--after, not both",
+                              "Example: servlens compare --engine chdb --table parquet:out/servlens "
+                              "--before prod --after canary")
+        before, after = before_run, after_run
+    if not (before and after):
+        raise ConfigError("--engine and --table compare two runs: name them with --before and --after",
+                          "Example: servlens compare --engine chdb --table parquet:out/servlens "
+                          "--before prod --after canary")
+    if any(Path(x).exists() for x in (before, after)):
+        raise ConfigError("--engine and --table compare runs where they are, not files",
+                          "Name two runs of the table, or drop --engine/--table")
+    store = resolve_db(ctx, db) if not (table or "").startswith("parquet:") else None
+    return compare_where_the_data_is(engine_url, table, store, before, after, policy, seed, targets)
 
 
 def _open_runs(ctx, before, after, db, before_run, after_run, from_format, scratch: Path, pull=None):

@@ -141,7 +141,22 @@ def _ints(frame, column: str) -> np.ndarray:
     return frame[column].to_numpy().astype(np.int64)
 
 
-_ORDER_KEY = "(epoch_us(t_arrival)::HUGEINT * 1099511627776 + requests.rowid)"   # arrival, ties: stored order
+# The order of a run's requests for its time batches: arrival, ties (a burst sent at once) broken by stored order,
+# which sits below the microsecond (× 2^64). In the store, stored order is the row id; an engine has no row id, and
+# the connection that runs compare there names the order the export wrote each run in instead (its `stored_order`:
+# source file, then line, the order ingest numbered the rows in; servlens/engines/compare.py).
+STORED_ORDER = "requests.rowid"
+BELOW_THE_MICROSECOND = 18446744073709551616
+
+
+def _stored_order(con) -> str:
+    return getattr(con, "stored_order", STORED_ORDER)
+
+
+def _order_key(con, time_us: str = "epoch_us(t_arrival)") -> str:
+    return f"({time_us}::HUGEINT * {BELOW_THE_MICROSECOND} + {_stored_order(con)})"
+
+
 DAY_US = 86_400_000_000
 ABSOLUTE_CLOCK_FROM = "2000-01-01"   # arrival times before this are a relative clock (seconds since a run's start)
 PAIRING_MIN_OVERLAP = 0.8            # share of each run's requests at a time of day the other run covers too
@@ -231,12 +246,13 @@ def _batch_case(con, before: str, after: str, where: str, params: dict, join: st
         sizes = dict(con.execute(f"SELECT run, count(*) FROM requests {join} WHERE ({where}) GROUP BY run",
                                  params).fetchall())
         batches = _batch_count(min(sizes.get(before, 0), sizes.get(after, 0)))
-        key = f"({clock.folded_sql()}::HUGEINT * 1099511627776 + requests.rowid)"
+        key = _order_key(con, clock.folded_sql())
         if batches <= 1:
             return "0"
         levels = [k / batches for k in range(1, batches)]
-        cuts = con.execute(f"SELECT quantile_disc({key}, {levels}) FROM requests {join} WHERE ({where})",
-                           params).fetchone()[0]
+        # the cuts come back as text: a 128-bit integer has no Arrow type every engine returns
+        cuts = con.execute(f"SELECT CAST(quantile_disc({key}, {levels}) AS VARCHAR[]) FROM requests {join} "
+                           f"WHERE ({where})", params).fetchone()[0]
         steps = " ".join(f"WHEN {key} < {int(c)}::HUGEINT THEN {i}" for i, c in enumerate(cuts))
         return f"(CASE {steps} ELSE {len(cuts)} END)"
     cases = []
@@ -244,12 +260,12 @@ def _batch_case(con, before: str, after: str, where: str, params: dict, join: st
         n, timed = con.execute(f"SELECT count(*), count(t_arrival) FROM requests {join} WHERE ({where}) "
                                f"AND run = $run", {**params, "run": run}).fetchone()
         batches = _batch_count(n)
-        key = _ORDER_KEY if n and timed == n else "requests.rowid"
+        key = _order_key(con) if n and timed == n else _stored_order(con)
         cuts = []
         if batches > 1:
             levels = [k / batches for k in range(1, batches)]
-            cuts = con.execute(f"SELECT quantile_disc({key}, {levels}) FROM requests {join} WHERE ({where}) "
-                               f"AND run = $run", {**params, "run": run}).fetchone()[0]
+            cuts = con.execute(f"SELECT CAST(quantile_disc({key}, {levels}) AS VARCHAR[]) FROM requests {join} "
+                               f"WHERE ({where}) AND run = $run", {**params, "run": run}).fetchone()[0]
         steps = " ".join(f"WHEN {key} < {int(c)}::HUGEINT THEN {i}" for i, c in enumerate(cuts))
         inner = f"CASE {steps} ELSE {len(cuts)} END" if cuts else "0"
         cases.append(f"WHEN run = '{run.replace(chr(39), chr(39) * 2)}' THEN ({inner})")
@@ -275,7 +291,8 @@ def fit_covariates(con, before: str, after: str, metric: str, covariates: tuple[
                {', '.join(f"coalesce({s} FILTER (WHERE {known} AND {column} > 0), 0)" for s in sums)},
                coalesce(sum(ln({column})) FILTER (WHERE {known} AND {column} > 0), 0),
                coalesce(sum(ln({column}) * ln({column})) FILTER (WHERE {known} AND {column} > 0), 0)
-        FROM requests WHERE {_latency_where(column)} GROUP BY ALL""", {"before": before, "after": after}).fetchall()
+        FROM requests WHERE {_latency_where(column)} GROUP BY ALL ORDER BY m, side""",
+                       {"before": before, "after": after}).fetchall()   # models in name order on every engine
     per_model: dict = {}
     known_n, all_n = [0, 0], [0, 0]
     for row in rows:
@@ -350,7 +367,8 @@ def latency_histograms(con: duckdb.DuckDBPyConnection, before: str, after: str, 
 
 def scatter_sample(con, before: str, after: str, metric: str, covariate: str, per_side: int = 300,
                    seed: int = 0) -> dict:
-    """Up to `per_side` (log covariate, log latency) points per run, for the residual check chart."""
+    """Up to `per_side` (log covariate, log latency) points per run, for the residual check chart: a pseudo-random
+    sample by the md5 of each request's id, line and the seed (md5 is the one hash every engine computes alike)."""
     column = LATENCY_METRICS[metric][0]
     out = {}
     for s, run in ((0, before), (1, after)):
@@ -358,7 +376,8 @@ def scatter_sample(con, before: str, after: str, metric: str, covariate: str, pe
             SELECT ln({covariate}), ln({column}) FROM requests
             WHERE run = ? AND {column} > 0 AND isfinite({column}) AND {SUCCEEDED}
               AND {covariate} > 0
-            ORDER BY hash(coalesce(request_id, '') || source_line::VARCHAR || ?::VARCHAR) LIMIT {int(per_side)}""",
+            ORDER BY md5(coalesce(request_id, '') || source_line::VARCHAR || ?::VARCHAR), {_stored_order(con)}
+            LIMIT {int(per_side)}""",
                            [run, str(seed)]).fetchall()
         out[s] = ([r[0] for r in rows], [r[1] for r in rows])
     return out

@@ -97,6 +97,17 @@ _SOURCE_COLUMNS = [("source_id", "INTEGER"), ("run", "VARCHAR"), ("kind", "VARCH
                    ("format", "VARCHAR"), ("rows", "BIGINT"), ("bad_lines", "BIGINT")]
 
 
+def manifest_views(manifest: dict | None) -> dict[str, str]:
+    """The store's `runs` and `sources` tables as portable SQL, from an export's manifest."""
+    runs = (manifest or {}).get("runs", {})
+    return {
+        "runs": _literal_rows(_RUN_COLUMNS, [[run, bool(meta.get("relative_clock")), meta.get("tz")]
+                                             for run, meta in runs.items()]),
+        "sources": _literal_rows(_SOURCE_COLUMNS, [[src.get(c) if c != "run" else run for c, _ in _SOURCE_COLUMNS]
+                                                   for run, meta in runs.items() for src in meta.get("sources", [])]),
+    }
+
+
 def scope_views(scope: Scope, spec=None, manifest: dict | None = None) -> dict[str, str]:
     """The runner's scope views (servlens/analysis/runner.py) as portable SQL, for one scope; `spec` is its window
     layout (None: no request has a time), `manifest` the export's runs and source files."""
@@ -114,11 +125,7 @@ def scope_views(scope: Scope, spec=None, manifest: dict | None = None) -> dict[s
         "metric_roles": _metric_roles_sql(),
         "scope_role_samples": "SELECT m.*, r.role, r.engine, r.preference FROM scope_metrics m "
                               f"JOIN metric_roles r ON {ROLE_JOIN_SQL}",
-        "runs": _literal_rows(_RUN_COLUMNS, [[run, bool(meta.get("relative_clock")), meta.get("tz")]
-                                             for run, meta in (manifest or {}).get("runs", {}).items()]),
-        "sources": _literal_rows(_SOURCE_COLUMNS, [[src.get(c) if c != "run" else run for c, _ in _SOURCE_COLUMNS]
-                                                   for run, meta in (manifest or {}).get("runs", {}).items()
-                                                   for src in meta.get("sources", [])]),
+        **manifest_views(manifest),
         # The store's metric_counter_increases (a drop is a restart: the new value is the increase), per series;
         # the labels are the series key as text because Spark cannot partition by a MAP.
         "scope_counter_increases": f"""
@@ -244,7 +251,7 @@ def engine_coverage(engine: Engine, runs: list[str]) -> dict:
         f"SELECT DISTINCT model FROM requests WHERE run IN ({run_list}) AND model IS NOT NULL ORDER BY model")]
     metrics = [r["name"] for r in engine.query(
         f"SELECT DISTINCT name FROM metric_samples WHERE run IN ({run_list}) AND name IS NOT NULL ORDER BY name")]
-    manifest = _manifest(engine)
+    manifest = engine_manifest(engine)
     sources = [{"path": s["path"], "format": s["format"], "kind": s["kind"], "rows": s["rows"],
                 "bad_lines": s["bad_lines"]}
                for run in runs for s in manifest.get("runs", {}).get(run, {}).get("sources", [])]
@@ -257,7 +264,7 @@ def engine_coverage(engine: Engine, runs: list[str]) -> dict:
             "metrics_present": metrics}
 
 
-def _manifest(engine: Engine) -> dict:
+def engine_manifest(engine: Engine) -> dict:
     if engine.source is not None and engine.source.kind == "parquet":
         from servlens.store.export import read_manifest
 
@@ -278,7 +285,7 @@ def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None 
     formats = {s["format"] for s in cover["sources"] if s["format"]}
     conn = EngineConnection(engine)
     findings = []
-    manifest = _manifest(engine)
+    manifest = engine_manifest(engine)
     for scope in _scopes(engine, runs):
         conn.views = scope_views(scope, _window_spec(engine, scope), manifest)
         presence = _present(conn)

@@ -155,7 +155,7 @@ class Engine:
                         replacement = exp.to_table(target, dialect=self.dialect)
                         replacement.set("alias", alias)
                     table.replace(replacement)
-        return translate(tree, self.name)
+        return translate(tree, self.name, copy=False)
 
     def query(self, sql: str, views: dict[str, str] | None = None) -> list[dict]:
         """Run portable SQL; its rows as dicts of plain Python values (naive UTC datetimes, floats, ints, str)."""
@@ -258,7 +258,13 @@ def with_views(tree, views: dict[str, str]):
     from sqlglot import exp
 
     defined = {cte.alias for cte in tree.find_all(exp.CTE)}
-    parsed = {name: _own_cte_names(name, parse(sql)) for name, sql in views.items()}
+    parsed: dict = {}
+
+    def view(name: str):
+        # parsed only when the query reads it (directly or through another view): a view can be large (literal rows)
+        if name not in parsed:
+            parsed[name] = _own_cte_names(name, parse(views[name]))
+        return parsed[name]
 
     def reads(node) -> set[str]:
         return {t.name for t in node.find_all(exp.Table) if not t.db} & set(views)
@@ -268,7 +274,7 @@ def with_views(tree, views: dict[str, str]):
     def visit(name: str) -> None:
         if name in order or name in defined:
             return
-        for dependency in sorted(reads(parsed[name]) - {name}):
+        for dependency in sorted(reads(view(name)) - {name}):
             visit(dependency)
         order.append(name)
 
@@ -276,7 +282,7 @@ def with_views(tree, views: dict[str, str]):
         visit(name)
     if not order:
         return tree
-    ctes = [exp.CTE(this=parsed[name], alias=exp.TableAlias(this=exp.to_identifier(name))) for name in order]
+    ctes = [exp.CTE(this=view(name), alias=exp.TableAlias(this=exp.to_identifier(name))) for name in order]
     target = tree if isinstance(tree, exp.Query) else tree.find(exp.Query)
     key = "with_" if "with_" in type(target).arg_types else "with"   # sqlglot renamed the arg
     existing = target.args.get(key)

@@ -8,6 +8,7 @@ its own session (in-process, gone on close).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import urllib.parse
 from pathlib import Path
@@ -39,15 +40,18 @@ class ChDBEngine(Engine):
         self._session = session.Session()
         for key, value in SESSION_SETTINGS.items():
             self._session.query(f"SET {key} = {_quote(value) if isinstance(value, str) else value}")
-        self._session.query("CREATE DATABASE IF NOT EXISTS servlens_bound")
+        # chDB sessions of one process share one server: each engine binds its tables in a database of its own, so
+        # a second engine (a compare beside an analysis) does not rebind the first one's views
+        self.database = f"servlens_bound_{next(_DATABASES)}"
+        self._session.query(f"CREATE DATABASE IF NOT EXISTS {self.database}")
 
     def _bind_parquet(self, table: str, dirs: list[Path]) -> None:
         if dirs:
             body = " UNION ALL ".join(f"SELECT * FROM file({_quote(str(d / '**' / '*.parquet'))}, Parquet)" for d in dirs)
         else:
             body = translate(empty_relation_sql(table), "chdb")
-        self._session.query(f"CREATE OR REPLACE VIEW servlens_bound.{table} AS {body}")
-        self.tables[table] = f"servlens_bound.{table}"
+        self._session.query(f"CREATE OR REPLACE VIEW {self.database}.{table} AS {body}")
+        self.tables[table] = f"{self.database}.{table}"
 
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
         table = self._session.query(native_sql, "ArrowTable")
@@ -67,7 +71,11 @@ class ChDBEngine(Engine):
         return _clickhouse_functions(self._fetch)
 
     def close(self) -> None:
+        self._session.query(f"DROP DATABASE IF EXISTS {self.database}")
         self._session.close()
+
+
+_DATABASES = itertools.count(1)
 
 
 class ClickHouseServerEngine(Engine):

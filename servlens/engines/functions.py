@@ -10,6 +10,12 @@ meaning it relies on; sqlglot only prints the result. What is mapped, per engine
 |-----------------------------------------------|----------------------------------------------|----------------------------------------|
 | quantile_cont(x, q), percentile_cont(q) WITHIN GROUP (ORDER BY x), median(x) | quantileExactInclusive(q)(x) | percentile(x, q) |
 | quantile_cont(x, [q1, q2])[i]                 | quantileExactInclusive(q_i)(x)               | percentile(x, q_i)                     |
+| quantile_disc(x, q), quantile_disc(x, [q1, q2]) | the sorted values at max(1, ceil(n·q)) (integer arithmetic); a list is [] over no value | the same with array_sort(collect_list(x)) and element_at |
+| list([DISTINCT] x [ORDER BY x]) [FILTER (WHERE c)] | groupArray(If) of 1-tuples (NULLs kept), arrayDistinct, arraySort; [] over no row (no NULL array) | collect_list of structs [FILTER], array_distinct, array_sort; [] over no row |
+| epoch_us(t)                                   | toUnixTimestamp64Micro(t)                    | unix_micros(t)                         |
+| isfinite(x)                                   | isFinite(x)                                  | NOT (isnan(x) OR abs(x) = inf)         |
+| an integer literal beyond 64 bits (2^64)      | toInt128('...') (ClickHouse reads it as Float64) | as written (a DECIMAL literal)      |
+| CAST(x AS HUGEINT)                            | Int128                                       | DECIMAL(38, 0)                         |
 | date_diff('unit', a, b)                       | dateDiff('unit', a, b)                       | timestampdiff(UNIT, a, b)              |
 | date_trunc('unit', t)                         | dateTrunc('unit', t)                         | date_trunc('UNIT', t)                  |
 | time_bucket(INTERVAL n SECOND, t)             | toStartOfInterval(t, INTERVAL n SECOND)      | from unix_micros, floored to n s       |
@@ -20,8 +26,12 @@ meaning it relies on; sqlglot only prints the result. What is mapped, per engine
 | labels['k'] (a MAP; NULL when the key is absent) | if(mapContains(labels, 'k'), labels['k'], NULL) | try_element_at(labels, 'k')     |
 | a / b                                         | a / b (inf / nan on zero, as DuckDB)         | try_divide(a, b) (NULL on zero)        |
 | GROUP BY ALL                                  | expanded to the non-aggregate select items   | expanded                               |
+| ORDER BY ALL                                  | ORDER BY every select item, NULLS LAST       | the same                               |
 | row_number(), ntile(n) OVER (ORDER BY ...)    | the same; NULL order made explicit           | the same; NULLS LAST made explicit     |
 
+DuckDB's quantile_disc is the inverse CDF: the value at sorted position max(1, ceil(n·q)), with q read as the exact
+decimal it is written as; ClickHouse's quantileExact* take floor(n·q) in floating point, which differs whenever
+n·q is whole (and then some), so the map picks that position itself from the sorted values, in integer arithmetic.
 Exact quantiles are exact on every engine and interpolate alike (DuckDB's quantile_cont, ClickHouse's
 quantileExactInclusive and Spark's percentile are all the (n-1)·q linear rule), so a p99 agrees to the last digit.
 Division by zero is the one known difference (DuckDB and ClickHouse: inf/nan; Spark: NULL): rule SQL divides by
@@ -53,13 +63,14 @@ def parse(sql: str) -> exp.Expression:
         raise UnsupportedSQL(f"Cannot parse the SQL: {str(exc).splitlines()[0]}", "Fix the rule's SQL") from exc
 
 
-def translate(sql: str | exp.Expression, engine: str) -> str:
-    """`sql` (servlens' portable SQL, DuckDB dialect) as the engine runs it."""
+def translate(sql: str | exp.Expression, engine: str, copy: bool = True) -> str:
+    """`sql` (servlens' portable SQL, DuckDB dialect) as the engine runs it; a tree is rewritten in place with
+    copy=False (one the caller parsed for this alone: a copy of a large query costs more than its rewrite)."""
     dialect = DIALECTS[engine]
-    tree = parse(sql) if isinstance(sql, str) else sql.copy()
+    tree = parse(sql) if isinstance(sql, str) else (sql.copy() if copy else sql)
     if dialect == "duckdb":
         return tree.sql("duckdb")
-    tree = _expand_group_by_all(tree)
+    tree = _expand_order_by_all(_expand_group_by_all(tree))
     rewrite = _CLICKHOUSE if dialect == "clickhouse" else _SPARK
     return _bottom_up(tree, rewrite).sql(dialect)
 
@@ -142,6 +153,35 @@ def _expand_group_by_all(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
+def _expand_order_by_all(tree: exp.Expression) -> exp.Expression:
+    """ORDER BY ALL -> ORDER BY every select item by position, ascending, NULLS LAST (DuckDB's default)."""
+    for select in tree.find_all(exp.Select):
+        order = select.args.get("order")
+        if not order or len(order.expressions) != 1:
+            continue
+        item = order.expressions[0]
+        if not (isinstance(item, exp.Ordered) and isinstance(item.this, exp.Var) and item.this.name.upper() == "ALL"):
+            continue
+        desc = bool(item.args.get("desc"))
+        select.set("order", exp.Order(expressions=[
+            exp.Ordered(this=exp.Literal.number(i + 1), desc=desc, nulls_first=False)
+            for i in range(len(select.expressions))]))
+    return tree
+
+
+def _decimal_fraction(node: exp.Expression) -> tuple[int, int]:
+    """A quantile literal as the exact fraction DuckDB reads it as (a DECIMAL): (numerator, 10^scale)."""
+    text = node.this if isinstance(node, exp.Literal) and not node.is_string else None
+    if text is None or not all(ch.isdigit() or ch == "." for ch in text) or text.count(".") > 1:
+        raise UnsupportedSQL("quantile_disc takes a decimal number literal (or a list of them) as its quantile",
+                             "Write quantile_disc(x, 0.5)")
+    whole, _, fraction = text.partition(".")
+    if len(whole.lstrip("0")) + len(fraction) > 18:
+        raise UnsupportedSQL(f"quantile_disc's quantile {text} has more digits than DuckDB reads as a DECIMAL",
+                             "Write at most 18 digits")
+    return int(whole + fraction or "0"), 10 ** len(fraction)
+
+
 def _timestamp_type(node: exp.Cast) -> bool:
     types = exp.DataType.Type
     return node.to.this in (types.TIMESTAMP, types.TIMESTAMPNTZ, types.DATETIME, types.DATETIME64)
@@ -153,6 +193,72 @@ def _timestamp_type(node: exp.Cast) -> bool:
 
 def _ch_quantile(value: exp.Expression, quantile: exp.Expression) -> exp.Expression:
     return exp.ParameterizedAgg(this="quantileExactInclusive", expressions=[quantile.copy()], params=[value.copy()])
+
+
+def _ch_disc_position(value: exp.Expression, quantile: exp.Expression) -> exp.Expression:
+    """DuckDB's quantile_disc position (1-based): max(1, ceil(n·q)), n the non-NULL values, in integer arithmetic."""
+    numerator, denominator = _decimal_fraction(quantile)
+    n = exp.Anonymous(this="toUInt128", expressions=[exp.Count(this=value.copy())])
+    ceiling = exp.Anonymous(this="intDiv", expressions=[
+        exp.Add(this=exp.Mul(this=n, expression=exp.Literal.number(numerator)),
+                expression=exp.Literal.number(denominator - 1)), exp.Literal.number(denominator)])
+    return exp.Anonymous(this="toUInt64", expressions=[
+        exp.Anonymous(this="greatest", expressions=[exp.Literal.number(1), ceiling])])
+
+
+def _ch_quantile_disc(node: exp.PercentileDisc):
+    """quantile_disc(x, q) / quantile_disc(x, [q1, ...]): the sorted non-NULL values at DuckDB's positions; NULL
+    over no value, as DuckDB."""
+    value, quantile = node.this, node.expression
+    if quantile is None:
+        return None
+    ordered = exp.Anonymous(this="arraySort", expressions=[exp.Anonymous(this="groupArray", expressions=[value.copy()])])
+    if isinstance(quantile, exp.Array):
+        picked = exp.Anonymous(this="arrayMap", expressions=[
+            exp.Lambda(this=exp.Bracket(this=ordered, expressions=[exp.to_identifier("i")]),
+                       expressions=[exp.to_identifier("i")]),
+            exp.Array(expressions=[_ch_disc_position(value, q) for q in quantile.expressions])])
+    else:
+        picked = exp.Bracket(this=ordered, expressions=[_ch_disc_position(value, quantile)])
+    empty = exp.EQ(this=exp.Count(this=value.copy()), expression=exp.Literal.number(0))
+    if isinstance(quantile, exp.Array):   # ClickHouse has no NULL array: the empty list over no value
+        nothing = exp.Anonymous(this="arraySlice", expressions=[picked.copy(), exp.Literal.number(1),
+                                                                exp.Literal.number(0)])
+        return exp.If(this=empty, true=nothing, false=picked)
+    return exp.If(this=empty, true=exp.Null(), false=picked)
+
+
+def _ch_list(node: exp.ArrayAgg, condition: exp.Expression | None = None):
+    """list([DISTINCT] x [ORDER BY x]) [FILTER (WHERE c)]: groupArray skips NULLs and list() keeps them, so the values
+    are collected as 1-tuples (never NULL) and unwrapped. Over no row DuckDB gives NULL and ClickHouse, which has no
+    NULL array, the empty list."""
+    inner = node.this
+    value, keys = (inner.this, inner.expressions) if isinstance(inner, exp.Order) else (inner, [])
+    distinct = isinstance(value, exp.Distinct)
+    if distinct:
+        value = value.expressions[0]
+    if any(k.this != value or k.args.get("desc") or k.args.get("nulls_first") for k in keys):
+        raise UnsupportedSQL("On ClickHouse, list(... ORDER BY ...) orders by the listed value, ascending, only",
+                             "Write list(x ORDER BY x)")
+    wrapped = exp.Anonymous(this="tuple", expressions=[value.copy()])
+    collected = (exp.Anonymous(this="groupArrayIf", expressions=[wrapped, condition.copy()])
+                 if condition is not None else exp.Anonymous(this="groupArray", expressions=[wrapped]))
+    collected = exp.Anonymous(this="arrayMap", expressions=[
+        exp.Lambda(this=exp.Anonymous(this="tupleElement", expressions=[exp.to_identifier("v"), exp.Literal.number(1)]),
+                   expressions=[exp.to_identifier("v")]), collected])
+    if distinct:
+        collected = exp.Anonymous(this="arrayDistinct", expressions=[collected])
+    if keys:
+        collected = exp.Anonymous(this="arraySort", expressions=[collected])   # NULLs last, as DuckDB's default
+    return collected
+
+
+def _ch_big_integer(node: exp.Literal):
+    """An integer literal beyond 64 bits: ClickHouse reads it as a Float64 (2^64 + 1 == 2^64); as text it is exact."""
+    if node.is_string or not node.this.isdigit() or int(node.this) < 2**63:
+        return None
+    return exp.Anonymous(this="toInt128" if int(node.this) < 2**127 else "toInt256",
+                         expressions=[exp.Literal.string(node.this)])
 
 
 def _ch_percentile(node):
@@ -214,9 +320,15 @@ def _is_to_microseconds(node) -> bool:
     return isinstance(node, exp.Anonymous) and str(node.this).lower() == "to_microseconds"
 
 
+_CH_NAMES = {"epoch_us": "toUnixTimestamp64Micro", "isfinite": "isFinite"}
+
+
 def _ch_anonymous(node: exp.Anonymous):
     if _is_to_microseconds(node):  # DuckDB's INTERVAL of n µs
         return exp.Anonymous(this="toIntervalMicrosecond", expressions=[e.copy() for e in node.expressions])
+    renamed = _CH_NAMES.get(str(node.this).lower())
+    if renamed:
+        return exp.Anonymous(this=renamed, expressions=[e.copy() for e in node.expressions])
     return None
 
 
@@ -256,7 +368,13 @@ def _ch_string_agg(node: exp.GroupConcat, condition: exp.Expression | None = Non
 def _ch_filter(node: exp.Filter):
     if isinstance(node.this, exp.GroupConcat):
         return _ch_string_agg(node.this, node.expression.this)
+    if isinstance(node.this, exp.ArrayAgg):
+        return _ch_list(node.this, node.expression.this)
     return None
+
+
+def _ch_array_agg(node: exp.ArrayAgg):
+    return None if isinstance(node.parent, exp.Filter) else _ch_list(node)
 
 
 def _ch_group_concat(node: exp.GroupConcat):
@@ -269,6 +387,9 @@ def _ch_bool_agg(node):
 
 
 _CLICKHOUSE = {
+    exp.Literal: _ch_big_integer,
+    exp.PercentileDisc: _ch_quantile_disc,
+    exp.ArrayAgg: _ch_array_agg,
     exp.LogicalOr: _ch_bool_agg,
     exp.LogicalAnd: _ch_bool_agg,
     exp.Filter: _ch_filter,
@@ -347,7 +468,94 @@ def _spark_add(node: exp.Add):
     return exp.Cast(this=stamp, to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark"))
 
 
+def _spark_disc_position(value: exp.Expression, quantile: exp.Expression) -> exp.Expression:
+    """DuckDB's quantile_disc position (1-based): max(1, ceil(n·q)) in exact decimal arithmetic."""
+    numerator, denominator = _decimal_fraction(quantile)
+    n = exp.Cast(this=exp.Count(this=value.copy()), to=exp.DataType.build("DECIMAL(38, 0)"))
+    ceiling = exp.IntDiv(this=exp.Paren(this=exp.Add(this=exp.Mul(this=n, expression=exp.Literal.number(numerator)),
+                                                     expression=exp.Literal.number(denominator - 1))),
+                         expression=exp.Literal.number(denominator))
+    return exp.Cast(this=exp.Greatest(this=exp.Literal.number(1), expressions=[ceiling]),
+                    to=exp.DataType.build("INT"))
+
+
+def _spark_quantile_disc(node: exp.PercentileDisc):
+    """quantile_disc(x, q) / quantile_disc(x, [q1, ...]): the sorted non-NULL values at DuckDB's positions (Spark's
+    percentile_disc reads the level as a double); NULL over no value, as DuckDB."""
+    value, quantile = node.this, node.expression
+    if quantile is None:
+        return None
+    ordered = exp.Anonymous(this="array_sort", expressions=[exp.Anonymous(this="collect_list", expressions=[value.copy()])])
+
+    def at(q):
+        return exp.Anonymous(this="element_at", expressions=[ordered.copy(), _spark_disc_position(value, q)])
+
+    picked = (exp.Array(expressions=[at(q) for q in quantile.expressions]) if isinstance(quantile, exp.Array)
+              else at(quantile))
+    empty = exp.EQ(this=exp.Count(this=value.copy()), expression=exp.Literal.number(0))
+    return exp.If(this=empty, true=exp.Null(), false=picked)
+
+
+def _spark_list(node: exp.ArrayAgg, condition: exp.Expression | None = None):
+    """list([DISTINCT] x [ORDER BY x]) [FILTER (WHERE c)]: collect_list skips NULLs and list() keeps them, so the
+    values are collected in a struct (never NULL) and unwrapped; over no row Spark gives [] (DuckDB: NULL)."""
+    inner = node.this
+    value, keys = (inner.this, inner.expressions) if isinstance(inner, exp.Order) else (inner, [])
+    distinct = isinstance(value, exp.Distinct)
+    if distinct:
+        value = value.expressions[0]
+    if any(k.this != value or k.args.get("desc") or k.args.get("nulls_first") for k in keys):
+        raise UnsupportedSQL("On Spark, list(... ORDER BY ...) orders by the listed value, ascending, only",
+                             "Write list(x ORDER BY x)")
+    collected = exp.Anonymous(this="collect_list", expressions=[
+        exp.Anonymous(this="named_struct", expressions=[exp.Literal.string("v"), value.copy()])])
+    if condition is not None:
+        collected = exp.Filter(this=collected, expression=exp.Where(this=condition.copy()))
+    out = exp.Anonymous(this="transform", expressions=[
+        collected, exp.Lambda(this=exp.Dot(this=exp.to_identifier("e"), expression=exp.to_identifier("v")),
+                              expressions=[exp.to_identifier("e")])])
+    if distinct:
+        out = exp.Anonymous(this="array_distinct", expressions=[out])
+    if keys:
+        out = exp.Anonymous(this="array_sort", expressions=[out])   # NULLs last, as DuckDB's default
+    return out
+
+
+def _spark_filter(node: exp.Filter):
+    if isinstance(node.this, exp.ArrayAgg):
+        return _spark_list(node.this, node.expression.this)
+    return None
+
+
+def _spark_array_agg(node: exp.ArrayAgg):
+    return None if isinstance(node.parent, exp.Filter) else _spark_list(node)
+
+
+def _spark_cast(node: exp.Cast):
+    if node.to.this == exp.DataType.Type.INT128:   # Spark's widest exact integer: DECIMAL(38, 0), 126 bits
+        return exp.Cast(this=node.this.copy(), to=exp.DataType.build("DECIMAL(38, 0)"))
+    return None
+
+
+def _spark_anonymous(node: exp.Anonymous):
+    name = str(node.this).lower()
+    if name == "epoch_us":
+        return _micros(node.expressions[0])
+    if name == "isfinite":   # NULL stays NULL, as DuckDB's isfinite
+        x = node.expressions[0]
+        infinite = exp.EQ(this=exp.Abs(this=x.copy()),
+                          expression=exp.Cast(this=exp.Literal.string("Infinity"), to=exp.DataType.build("DOUBLE")))
+        return exp.Not(this=exp.Paren(this=exp.Or(this=exp.Anonymous(this="isnan", expressions=[x.copy()]),
+                                                  expression=infinite)))
+    return None
+
+
 _SPARK = {
+    exp.PercentileDisc: _spark_quantile_disc,
+    exp.Filter: _spark_filter,
+    exp.ArrayAgg: _spark_array_agg,
+    exp.Cast: _spark_cast,
+    exp.Anonymous: _spark_anonymous,
     exp.Add: _spark_add,
     exp.WithinGroup: _spark_percentile,
     exp.PercentileCont: _spark_percentile,
@@ -360,5 +568,6 @@ _SPARK = {
 }
 
 # What the map rewrites, for `servlens engines check` (the names a rule writes, DuckDB's spelling).
-MAPPED_FUNCTIONS = ("quantile_cont", "percentile_cont", "median", "date_diff", "date_trunc", "time_bucket", "epoch",
-                    "regr_slope", "map subscript", "division", "GROUP BY ALL")
+MAPPED_FUNCTIONS = ("quantile_cont", "quantile_disc", "percentile_cont", "median", "list", "date_diff", "date_trunc",
+                    "time_bucket", "epoch", "epoch_us", "isfinite", "regr_slope", "map subscript", "division",
+                    "GROUP BY ALL", "ORDER BY ALL")

@@ -146,3 +146,46 @@ def test_spark_standalone_cluster_gives_duckdbs_numbers(duckdb_engine, spark_clu
 @pytest.mark.engines
 def test_clickhouse_server_gives_duckdbs_numbers(duckdb_engine, clickhouse_server_engine):
     check_parity(duckdb_engine, clickhouse_server_engine)
+
+
+# compare's constructs (servlens/compare/cohorts.py), mapped for ClickHouse; on Spark they are not mapped yet.
+CLICKHOUSE_CASES = [
+    ("quantile_disc: DuckDB's inverse-CDF position, n·q whole included (60 · 0.05 = 3)", """
+        SELECT run, count(completion_tokens) AS n, quantile_disc(completion_tokens, 0.05) AS p5,
+               quantile_disc(completion_tokens, 0.5) AS p50, quantile_disc(ttft_s, 0.99) AS p99,
+               epoch_us(quantile_disc(t_arrival, 0.01)) AS first_percent_us
+        FROM requests GROUP BY ALL ORDER BY ALL"""),
+    ("quantile_disc over a list of levels, on compare's 128-bit order key, cuts back as text", """
+        SELECT run, CAST(quantile_disc((epoch_us(t_arrival)::HUGEINT * 18446744073709551616
+                                        + (CAST(source_id AS BIGINT) * 4294967296 + source_line)),
+                                       [0.1, 0.2, 0.3333333333333333, 0.5, 0.98]) AS VARCHAR[]) AS cuts
+        FROM requests WHERE t_arrival IS NOT NULL GROUP BY ALL ORDER BY ALL"""),
+    ("list(DISTINCT x ORDER BY x) FILTER, isfinite", """
+        SELECT run, list(DISTINCT model ORDER BY model) FILTER (WHERE model IS NOT NULL) AS models,
+               count(*) FILTER (WHERE isfinite(e2e_s)) AS finite
+        FROM requests GROUP BY ALL ORDER BY ALL"""),
+]
+
+
+def test_discrete_quantiles_take_duckdbs_position_on_clickhouse():
+    out = translate("SELECT quantile_disc(x, 0.05) FROM t", "chdb")
+    assert out == ("SELECT CASE WHEN COUNT(x) = 0 THEN NULL ELSE arraySort(groupArray(x))[toUInt64(greatest(1, "
+                   "intDiv(toUInt128(COUNT(x)) * 5 + 99, 100)))] END FROM t")
+    with pytest.raises(UnsupportedSQL, match="quantile_disc takes a decimal number literal"):
+        translate("SELECT quantile_disc(x, q) FROM t", "chdb")
+
+
+def test_big_integers_stay_exact_on_clickhouse():
+    assert translate("SELECT 18446744073709551616 * k, 9223372036854775807 FROM t", "chdb") == (
+        "SELECT toInt128('18446744073709551616') * k, 9223372036854775807 FROM t")
+
+
+def test_chdb_gives_duckdbs_discrete_quantiles_and_lists(duckdb_engine, chdb_engine):
+    failures = []
+    for name, sql in CLICKHOUSE_CASES:
+        expected = duckdb_engine.query(sql)
+        assert len(expected) == 4, name   # three recorded runs and the edge run
+        failures += [f"{name}: {p}" for p in _same_rows(expected, chdb_engine.query(sql))]
+    assert not failures, "\n".join(failures)
+    edge = next(r for r in duckdb_engine.query(CLICKHOUSE_CASES[0][1]) if r["run"] == "edge")
+    assert (edge["n"], edge["p5"]) == (60, 12)   # the 3rd of 10..69: ClickHouse's quantileExact would give 13
