@@ -17,7 +17,8 @@ from sqlglot import exp, parse_one
 from sqlglot.errors import ParseError
 
 from servlens.engines.base import CANONICAL_TABLES, Engine
-from servlens.engines.functions import UnsupportedSQL
+from servlens.engines.functions import UnsupportedSQL, parse
+from servlens.engines.python_functions import COMPUTED, calls, probe
 from servlens.engines.schema import canonical_columns
 
 # Printed like calls but syntax, not functions an engine lists.
@@ -93,7 +94,15 @@ def check_sql(engine: Engine, name: str, sql: str, available: set[str], run: boo
         native = engine.native(sql)
     except UnsupportedSQL as exc:
         return Check(name, problem=str(exc))
-    missing = sorted(functions_called(native, engine.dialect) - available)
+    # servlens' statistical functions are computed in Python from the engine's aggregates (python_functions)
+    computed = set(COMPUTED) if engine.name != "duckdb" else set()
+    try:
+        tree = parse(sql)
+        for call in calls(tree):
+            probe(tree, call)  # raises when the call is where servlens cannot compute it
+    except UnsupportedSQL as exc:
+        return Check(name, problem=str(exc))
+    missing = sorted(functions_called(native, engine.dialect) - available - computed)
     result = Check(name, missing=missing)
     if run and not missing:
         try:
