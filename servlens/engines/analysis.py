@@ -154,6 +154,11 @@ _TEMP = re.compile(r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?TEMP(?:ORARY)?\s+(VIEW|TAB
 _DROP = re.compile(r"^\s*DROP\s+(?:VIEW|TABLE)\s+(?:IF\s+EXISTS\s+)?(\w+)\s*;?\s*$", re.IGNORECASE)
 
 
+# The temp tables computed once and read back as literal rows: the detector's one metrics row (the decide
+# predicates and the evidence read it, and it must not change between them).
+MATERIALISED = {"rule_metrics"}
+
+
 class EngineConnection:
     """What servlens' SQL paths need of a DuckDB connection, answered by an engine: `execute(sql, params)` with
     $name (dict) or ? (list) parameters substituted as SQL literals, the current views as CTEs, and
@@ -176,13 +181,15 @@ class EngineConnection:
         created = _TEMP.match(sql)
         if created:
             kind, name, body = created.group(1).upper(), created.group(2), created.group(3).strip().rstrip(";")
-            if kind == "VIEW":
+            if kind == "VIEW" or name not in MATERIALISED:
+                # A rule's [views] (temp tables on DuckDB) stay CTEs here: their rows are per request, and only
+                # aggregates leave the engine.
                 self.views[name] = body
-            else:  # a temp table (the rule's metrics row): computed once, then a literal row the engine reads
+            else:  # the rule's metrics row: computed once, then a literal row the engine reads
                 rows = self.engine.query(body, views=self.views)
                 columns = list(rows[0]) if rows else []
                 self.views[name] = (" UNION ALL ".join(
-                    "SELECT " + ", ".join(f"{_value_literal(row[c])} AS {c}" for c in columns) for row in rows)
+                    "SELECT " + ", ".join(f"{_value_literal(row[c])} AS \"{c}\"" for c in columns) for row in rows)
                     if rows else "SELECT NULL AS none WHERE 1 = 0")
             return _Cursor([])
         rows = self.engine.query(sql, views=self.views)

@@ -19,8 +19,10 @@ from servlens.errors import ConfigError
 
 # Times are UTC everywhere in servlens; Parquet columns carry no hive partitions (run and day are in the files);
 # a column name wins over a select alias of the same name (`count(run) AS run ... WHERE run IN (...)` filters by
-# the column, as in standard SQL; ClickHouse's default would read the aggregate there).
-SESSION_SETTINGS = {"session_timezone": "UTC", "use_hive_partitioning": 0, "prefer_column_name_to_alias": 1}
+# the column, as in standard SQL; ClickHouse's default would read the aggregate there); an outer join's missing side
+# is NULL, as in standard SQL (ClickHouse's default fills in 0 and '').
+SESSION_SETTINGS = {"session_timezone": "UTC", "use_hive_partitioning": 0, "prefer_column_name_to_alias": 1,
+                    "join_use_nulls": 1}
 
 
 def _quote(text: str) -> str:
