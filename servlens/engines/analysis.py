@@ -65,6 +65,14 @@ def _metric_roles_sql() -> str:
                           ("pull_group", "VARCHAR"), ("preference", "INTEGER")], rows)
 
 
+def _format_columns_sql() -> str:
+    """The store's format_columns table (servlens/store/format_columns.py) as literal rows."""
+    from servlens.store.format_columns import format_column_rows
+
+    return _literal_rows([("format", "VARCHAR"), ("column_name", "VARCHAR")],
+                         [list(row) for row in format_column_rows()])
+
+
 _DIGITS = " UNION ALL ".join(f"SELECT {d} AS d" for d in range(10))
 
 
@@ -115,6 +123,7 @@ def scope_views(scope: Scope, spec=None, manifest: dict | None = None) -> dict[s
         "scope_windows": _windows_sql(spec),
         "scope_metrics": f"SELECT * FROM metric_samples WHERE {metric_where}",
         "metric_roles": _metric_roles_sql(),
+        "format_columns": _format_columns_sql(),
         "scope_role_samples": "SELECT m.*, r.role, r.engine, r.preference FROM scope_metrics m "
                               "JOIN metric_roles r ON r.name = m.name",
         "runs": _literal_rows(_RUN_COLUMNS, [[run, bool(meta.get("relative_clock")), meta.get("tz")]
@@ -157,6 +166,8 @@ _DROP = re.compile(r"^\s*DROP\s+(?:VIEW|TABLE)\s+(?:IF\s+EXISTS\s+)?(\w+)\s*;?\s
 # The temp tables computed once and read back as literal rows: the detector's one metrics row (the decide
 # predicates and the evidence read it, and it must not change between them).
 MATERIALISED = {"rule_metrics"}
+# The scope views computed once per scope into the engine's scratch tables, where it has them (Engine.materialise).
+MATERIALISED_SCOPE_VIEWS = ("scope_requests", "scope_metrics", "scope_counter_increases")
 
 
 class EngineConnection:
@@ -182,9 +193,9 @@ class EngineConnection:
         if created:
             kind, name, body = created.group(1).upper(), created.group(2), created.group(3).strip().rstrip(";")
             if kind == "VIEW" or name not in MATERIALISED:
-                # A rule's [views] (temp tables on DuckDB) stay CTEs here: their rows are per request, and only
-                # aggregates leave the engine.
-                self.views[name] = body
+                # A rule's [views] (temp tables on DuckDB): their rows are per request and stay on the engine, in
+                # a scratch table of its session where it has one, else as a CTE of each query.
+                self.views[name] = self.engine.materialise(name, body, self.views) or body
             else:  # the rule's metrics row: computed once, then a literal row the engine reads
                 rows = self.engine.query(body, views=self.views)
                 columns = list(rows[0]) if rows else []
@@ -291,6 +302,9 @@ def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None 
     manifest = _manifest(engine)
     for scope in _scopes(engine, runs):
         conn.views = scope_views(scope, _window_spec(engine, scope), manifest)
+        for name in MATERIALISED_SCOPE_VIEWS:  # read by nearly every rule query
+            conn.views[name] = engine.materialise(name, conn.views[name], conn.views) or conn.views[name]
+        base_views = dict(conn.views)
         presence = _present(conn)
         for rule in rules:
             reason = not_portable_reason(rule, engine)
@@ -300,7 +314,7 @@ def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None 
                                              cover["time_span"]["relative_clock"], formats, presence))
                     continue
                 except EngineError as exc:  # one rule the engine refuses: not evaluable there, the rest goes on
-                    conn.views = {k: v for k, v in conn.views.items() if k in scope_views(scope)}
+                    conn.views = dict(base_views)
                     reason = f"not evaluable on {engine.name}: the engine refused {rule.id}'s SQL: {exc.engine_message}"
             columns, metrics = presence
             available = [req for req in rule.requires

@@ -164,13 +164,23 @@ class Engine:
         return translate(tree, self.name)
 
     def query(self, sql: str, views: dict[str, str] | None = None) -> list[dict]:
-        """Run portable SQL; its rows as dicts of plain Python values (naive UTC datetimes, floats, ints, str).
-        servlens' statistical functions are computed in Python from the engine's aggregates (python_functions)."""
+        """Run portable SQL; its rows as dicts of plain Python values (naive UTC datetimes, floats, ints, str)."""
+        return self._run(self._computed_native(sql, views), sql)
+
+    def _computed_native(self, sql: str, views: dict[str, str] | None) -> str:
+        """The native SQL with servlens' statistical functions computed in Python from the engine's aggregates
+        (python_functions): their probes run here."""
         tree = self._tree(sql, views)
         if self.name != "duckdb" and python_functions.calls(tree):
             tree = python_functions.compute_calls(tree, lambda probe: self._run(self._native_tree(probe), sql),
                                                   self._computed)
-        return self._run(self._native_tree(tree), sql)
+        return self._native_tree(tree)
+
+    def materialise(self, name: str, sql: str, views: dict[str, str] | None = None) -> str | None:
+        """Compute `sql` into a scratch table of the engine's own session and return the portable SQL that reads
+        it, or None where the engine offers no scratch space (a server servlens only reads: the view stays a CTE).
+        The rows stay on the engine."""
+        return None
 
     def _run(self, native: str, sql: str) -> list[dict]:
         started = time.perf_counter()

@@ -42,6 +42,7 @@ class ChDBEngine(Engine):
         for key, value in SESSION_SETTINGS.items():
             self._session.query(f"SET {key} = {_quote(value) if isinstance(value, str) else value}")
         self._session.query("CREATE DATABASE IF NOT EXISTS servlens_bound")
+        self._session.query("CREATE DATABASE IF NOT EXISTS servlens_scratch")  # materialise()
 
     def _bind_parquet(self, table: str, dirs: list[Path]) -> None:
         if dirs:
@@ -51,10 +52,21 @@ class ChDBEngine(Engine):
         self._session.query(f"CREATE OR REPLACE VIEW servlens_bound.{table} AS {body}")
         self.tables[table] = f"servlens_bound.{table}"
 
+    def materialise(self, name: str, sql: str, views: dict[str, str] | None = None) -> str | None:
+        """A view read by many queries of a scope as a Memory table of this session: ClickHouse inlines a CTE at
+        every reference, and a rule's views read one another (SL007, SL010 reached ClickHouse's limit of 10,000
+        plan optimisations, after minutes)."""
+        native = self._computed_native(sql, views)
+        try:
+            self._session.query(f"CREATE OR REPLACE TABLE servlens_scratch.{name} ENGINE = Memory AS {native}")
+        except Exception:  # noqa: BLE001 (a column a table cannot hold, NULL typed Nothing: then a CTE, whose
+            return None    # own error, if it has one, is the one the query reports)
+        return f"SELECT * FROM servlens_scratch.{name}"
+
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
         table = self._session.query(native_sql, "ArrowTable")
         self.last_columns = list(table.column_names)
-        return table.to_pylist()
+        return [_null_arrays(row) for row in table.to_pylist()]
 
     def _columns_of_empty(self, table: str) -> list[str]:
         return [row["name"] for row in self._fetch(f"DESCRIBE TABLE {self.tables[table]}", 10_000)]
@@ -104,7 +116,7 @@ class ClickHouseServerEngine(Engine):
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
         result = self._client.query(native_sql)
         self.last_columns = list(result.column_names)
-        return [dict(zip(result.column_names, row)) for row in result.result_rows]
+        return [_null_arrays(dict(zip(result.column_names, row))) for row in result.result_rows]
 
     def _columns_of_empty(self, table: str) -> list[str]:
         return [row["name"] for row in self._fetch(f"DESCRIBE TABLE {self.tables[table]}", 10_000)]
@@ -120,6 +132,12 @@ class ClickHouseServerEngine(Engine):
 
     def close(self) -> None:
         self._client.close()
+
+
+def _null_arrays(row: dict) -> dict:
+    """ClickHouse has no NULL array: an array_agg over no row is [] there and NULL in DuckDB, so an empty array
+    reads as NULL (no list), as DuckDB's."""
+    return {k: (None if isinstance(v, list) and not v else v) for k, v in row.items()}
 
 
 def _clickhouse_functions(fetch) -> set[str]:

@@ -309,6 +309,32 @@ def _ch_string_agg(node: exp.GroupConcat, condition: exp.Expression | None = Non
     return exp.Anonymous(this="nullIf", expressions=[joined, exp.Literal.string("")])
 
 
+def _ch_array_agg(node: exp.ArrayAgg):
+    """array_agg(x [ORDER BY k, ...]): the values (NULLs kept, as DuckDB) in the keys' order. ClickHouse's
+    aggregates take no ORDER BY: the pairs are collected as tuples (a tuple with a NULL is kept) and sorted."""
+    inner = node.this
+    value, keys = (inner.this, inner.expressions) if isinstance(inner, exp.Order) else (inner, [])
+    if not keys:
+        return None
+    sort_keys = [exp.Neg(this=exp.Paren(this=k.this.copy())) if k.args.get("desc") else k.this.copy() for k in keys]
+    pair = exp.Tuple(expressions=[value.copy(), exp.Tuple(expressions=sort_keys)])
+    p = exp.to_identifier("p")
+    ordered = exp.Anonymous(this="arraySort", expressions=[
+        exp.Lambda(this=exp.Anonymous(this="tupleElement", expressions=[p.copy(), exp.Literal.number(2)]),
+                   expressions=[p.copy()]), exp.Anonymous(this="groupArray", expressions=[pair])])
+    return exp.Anonymous(this="arrayMap", expressions=[
+        exp.Lambda(this=exp.Anonymous(this="tupleElement", expressions=[p.copy(), exp.Literal.number(1)]),
+                   expressions=[p.copy()]), ordered])
+
+
+def _ch_window(node: exp.Window):
+    """row_number(), rank(), dense_rank() and count(...) OVER (...) are BIGINT in DuckDB but UInt64 in ClickHouse,
+    whose UNION with a BIGINT column is a Variant no join can use (SL010's events): signed, as DuckDB's."""
+    if isinstance(node.this, (exp.RowNumber, exp.Rank, exp.DenseRank, exp.Count)):
+        return exp.Anonymous(this="toInt64", expressions=[node.copy()])
+    return None
+
+
 def _ch_filter(node: exp.Filter):
     if isinstance(node.this, exp.GroupConcat):
         return _ch_string_agg(node.this, node.expression.this)
@@ -441,6 +467,8 @@ def _ch_subquery(node: exp.Subquery):
 
 
 _CLICKHOUSE = {
+    exp.Window: _ch_window,
+    exp.ArrayAgg: _ch_array_agg,
     exp.ConcatWs: _ch_concat_ws,
     exp.Subquery: _ch_subquery,
     exp.Round: _ch_round,
