@@ -20,9 +20,10 @@ from servlens.errors import ConfigError
 # Times are UTC everywhere in servlens; Parquet columns carry no hive partitions (run and day are in the files);
 # a column name wins over a select alias of the same name (`count(run) AS run ... WHERE run IN (...)` filters by
 # the column, as in standard SQL; ClickHouse's default would read the aggregate there); an outer join's missing side
-# is NULL, as in standard SQL (ClickHouse's default fills in 0 and '').
+# is NULL, as in standard SQL (ClickHouse's default fills in 0 and ''); strftime's %M is the minute, as in C and
+# DuckDB (ClickHouse's formatDateTime reads it as the month's name by default).
 SESSION_SETTINGS = {"session_timezone": "UTC", "use_hive_partitioning": 0, "prefer_column_name_to_alias": 1,
-                    "join_use_nulls": 1}
+                    "join_use_nulls": 1, "formatdatetime_parsedatetime_m_is_month_name": 0}
 
 
 def _quote(text: str) -> str:
@@ -57,6 +58,7 @@ class ChDBEngine(Engine):
         every reference, and a rule's views read one another (SL007, SL010 reached ClickHouse's limit of 10,000
         plan optimisations, after minutes)."""
         native = self._computed_native(sql, views)
+        self._computed.clear()  # a probe reading this table by name read the previous scope's rows
         try:
             self._session.query(f"CREATE OR REPLACE TABLE servlens_scratch.{name} ENGINE = Memory AS {native}")
         except Exception:  # noqa: BLE001 (a column a table cannot hold, NULL typed Nothing: then a CTE, whose

@@ -172,6 +172,10 @@ def _source_columns(select: exp.Select, name: str) -> list[str] | None:
                 node = node.parent
         while isinstance(body, exp.SetOperation):
             body = body.this
+        if (isinstance(body, exp.Select) and len(body.expressions) == 1 and isinstance(body.expressions[0], exp.Star)
+                and not body.args.get("joins") and isinstance((body.args.get("from_") or body.args.get("from")), exp.From)):
+            inner = (body.args.get("from_") or body.args.get("from")).this  # SELECT * FROM x [WHERE ...]: x's columns
+            return _source_columns(body, inner.alias_or_name)
         if not isinstance(body, exp.Select) or any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and
                                                   isinstance(p.this, exp.Star)) for p in body.expressions):
             return None
