@@ -22,6 +22,10 @@ meaning it relies on; sqlglot only prints the result. What is mapped, per engine
 | GROUP BY ALL                                  | expanded to the non-aggregate select items   | expanded                               |
 | row_number(), ntile(n) OVER (ORDER BY ...)    | the same; NULL order made explicit           | the same; NULLS LAST made explicit     |
 
+ClickHouse also gets DuckDB's meaning of round (half away from zero), printf('%,d'), regexp_full_match,
+split_part, json_extract[_string], TRY_CAST, string_agg/array_agg ORDER BY, concat_ws, a correlated count over no
+row, signed window counts and s.* under several joins (docs/engines.md has the full table).
+
 Exact quantiles are exact on every engine and interpolate alike (DuckDB's quantile_cont, ClickHouse's
 quantileExactInclusive and Spark's percentile are all the (n-1)·q linear rule), so a p99 agrees to the last digit.
 Division by zero is the one known difference (DuckDB and ClickHouse: inf/nan; Spark: NULL): rule SQL divides by
