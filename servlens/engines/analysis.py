@@ -62,6 +62,14 @@ def _metric_roles_sql() -> str:
                           ("label_value", "VARCHAR")], table_rows())
 
 
+def _format_columns_sql() -> str:
+    """The store's format_columns table (servlens/store/format_columns.py) as literal rows."""
+    from servlens.store.format_columns import format_column_rows
+
+    return _literal_rows([("format", "VARCHAR"), ("column_name", "VARCHAR")],
+                         [list(row) for row in format_column_rows()])
+
+
 _DIGITS = " UNION ALL ".join(f"SELECT {d} AS d" for d in range(10))
 
 
@@ -123,6 +131,7 @@ def scope_views(scope: Scope, spec=None, manifest: dict | None = None) -> dict[s
         "scope_windows": _windows_sql(spec),
         "scope_metrics": f"SELECT * FROM metric_samples WHERE {metric_where}",
         "metric_roles": _metric_roles_sql(),
+        "format_columns": _format_columns_sql(),
         "scope_role_samples": "SELECT m.*, r.role, r.engine, r.preference FROM scope_metrics m "
                               f"JOIN metric_roles r ON {ROLE_JOIN_SQL}",
         **manifest_views(manifest),
@@ -158,6 +167,13 @@ _TEMP = re.compile(r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?TEMP(?:ORARY)?\s+(VIEW|TAB
 _DROP = re.compile(r"^\s*DROP\s+(?:VIEW|TABLE)\s+(?:IF\s+EXISTS\s+)?(\w+)\s*;?\s*$", re.IGNORECASE)
 
 
+# The temp tables computed once and read back as literal rows: the detector's one metrics row (the decide
+# predicates and the evidence read it, and it must not change between them).
+MATERIALISED = {"rule_metrics"}
+# The scope views computed once per scope into the engine's scratch tables, where it has them (Engine.materialise).
+MATERIALISED_SCOPE_VIEWS = ("scope_requests", "scope_metrics", "scope_counter_increases")
+
+
 class EngineConnection:
     """What servlens' SQL paths need of a DuckDB connection, answered by an engine: `execute(sql, params)` with
     $name (dict) or ? (list) parameters substituted as SQL literals, the current views as CTEs, and
@@ -180,13 +196,15 @@ class EngineConnection:
         created = _TEMP.match(sql)
         if created:
             kind, name, body = created.group(1).upper(), created.group(2), created.group(3).strip().rstrip(";")
-            if kind == "VIEW":
-                self.views[name] = body
-            else:  # a temp table (the rule's metrics row): computed once, then a literal row the engine reads
+            if kind == "VIEW" or name not in MATERIALISED:
+                # A rule's [views] (temp tables on DuckDB): their rows are per request and stay on the engine, in
+                # a scratch table of its session where it has one, else as a CTE of each query.
+                self.views[name] = self.engine.materialise(name, body, self.views) or body
+            else:  # the rule's metrics row: computed once, then a literal row the engine reads
                 rows = self.engine.query(body, views=self.views)
                 columns = list(rows[0]) if rows else []
                 self.views[name] = (" UNION ALL ".join(
-                    "SELECT " + ", ".join(f"{_value_literal(row[c])} AS {c}" for c in columns) for row in rows)
+                    "SELECT " + ", ".join(f"{_value_literal(row[c])} AS \"{c}\"" for c in columns) for row in rows)
                     if rows else "SELECT NULL AS none WHERE 1 = 0")
             return _Cursor([])
         rows = self.engine.query(sql, views=self.views)
@@ -288,6 +306,9 @@ def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None 
     manifest = engine_manifest(engine)
     for scope in _scopes(engine, runs):
         conn.views = scope_views(scope, _window_spec(engine, scope), manifest)
+        for name in MATERIALISED_SCOPE_VIEWS:  # read by nearly every rule query
+            conn.views[name] = engine.materialise(name, conn.views[name], conn.views) or conn.views[name]
+        base_views = dict(conn.views)
         presence = _present(conn)
         for rule in rules:
             reason = not_portable_reason(rule, engine)
@@ -297,7 +318,7 @@ def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None 
                                              cover["time_span"]["relative_clock"], formats, presence))
                     continue
                 except EngineError as exc:  # one rule the engine refuses: not evaluable there, the rest goes on
-                    conn.views = {k: v for k, v in conn.views.items() if k in scope_views(scope)}
+                    conn.views = dict(base_views)
                     reason = f"not evaluable on {engine.name}: the engine refused {rule.id}'s SQL: {exc.engine_message}"
             columns, metrics = presence
             available = [req for req in rule.requires

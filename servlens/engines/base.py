@@ -19,6 +19,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from servlens.engines import python_functions
 from servlens.engines.functions import DIALECTS, parse, translate
 from servlens.engines.schema import empty_relation_sql
 from servlens.errors import ConfigError
@@ -100,6 +101,7 @@ class Engine:
         self.source: TableSource | None = None
         self.tables: dict[str, str] = {}     # canonical name -> what the engine's SQL reads
         self.last_columns: list[str] = []    # the column names of the last result (an empty one has them too)
+        self._computed: dict[str, list[tuple]] = {}  # probe SQL -> its argument tuples (python_functions)
 
     @property
     def dialect(self) -> str:
@@ -137,9 +139,13 @@ class Engine:
     def native(self, sql: str, views: dict[str, str] | None = None) -> str:
         """Portable SQL (DuckDB dialect) as this engine runs it, canonical table names resolved; `views` (name ->
         portable SQL) that the query reads become CTEs in front of it, so nothing is created on the engine."""
+        return self._native_tree(self._tree(sql, views))
+
+    def _tree(self, sql: str, views: dict[str, str] | None):
         tree = parse(sql)
-        if views:
-            tree = with_views(tree, views)
+        return with_views(tree, views) if views else tree
+
+    def _native_tree(self, tree) -> str:
         renames = {name: target for name, target in self.tables.items() if target != name}
         if renames:
             from sqlglot import exp
@@ -159,7 +165,24 @@ class Engine:
 
     def query(self, sql: str, views: dict[str, str] | None = None) -> list[dict]:
         """Run portable SQL; its rows as dicts of plain Python values (naive UTC datetimes, floats, ints, str)."""
-        native = self.native(sql, views)
+        return self._run(self._computed_native(sql, views), sql)
+
+    def _computed_native(self, sql: str, views: dict[str, str] | None) -> str:
+        """The native SQL with servlens' statistical functions computed in Python from the engine's aggregates
+        (python_functions): their probes run here."""
+        tree = self._tree(sql, views)
+        if self.name != "duckdb" and python_functions.calls(tree):
+            tree = python_functions.compute_calls(tree, lambda probe: self._run(self._native_tree(probe), sql),
+                                                  self._computed)
+        return self._native_tree(tree)
+
+    def materialise(self, name: str, sql: str, views: dict[str, str] | None = None) -> str | None:
+        """Compute `sql` into a scratch table of the engine's own session and return the portable SQL that reads
+        it, or None where the engine offers no scratch space (a server servlens only reads: the view stays a CTE).
+        The rows stay on the engine."""
+        return None
+
+    def _run(self, native: str, sql: str) -> list[dict]:
         started = time.perf_counter()
         try:
             rows = self._fetch(native, self.max_rows + 1)
@@ -253,18 +276,29 @@ def _own_cte_names(view: str, body):
     return body
 
 
+_PARSED_VIEWS: dict[tuple[str, str], Any] = {}
+
+
+def _parsed_view(name: str, sql: str):
+    """A view's tree, parsed once per (name, SQL): every query of a scope carries the same views, and parsing them
+    again each time was most of a rule's time (the literal metric_roles view alone is hundreds of rows)."""
+    key = (name, sql)
+    if key not in _PARSED_VIEWS:
+        if len(_PARSED_VIEWS) > 1000:
+            _PARSED_VIEWS.clear()
+        _PARSED_VIEWS[key] = _own_cte_names(name, parse(sql))
+    return _PARSED_VIEWS[key]
+
+
 def with_views(tree, views: dict[str, str]):
     """`tree` with the views it reads (directly or through another view) as leading CTEs, dependencies first."""
     from sqlglot import exp
 
     defined = {cte.alias for cte in tree.find_all(exp.CTE)}
-    parsed: dict = {}
 
     def view(name: str):
-        # parsed only when the query reads it (directly or through another view): a view can be large (literal rows)
-        if name not in parsed:
-            parsed[name] = _own_cte_names(name, parse(views[name]))
-        return parsed[name]
+        # parsed only when the query reads it (a view can be large: literal rows), and once per (name, SQL)
+        return _parsed_view(name, views[name])
 
     def reads(node) -> set[str]:
         return {t.name for t in node.find_all(exp.Table) if not t.db} & set(views)
@@ -282,7 +316,7 @@ def with_views(tree, views: dict[str, str]):
         visit(name)
     if not order:
         return tree
-    ctes = [exp.CTE(this=view(name), alias=exp.TableAlias(this=exp.to_identifier(name))) for name in order]
+    ctes = [exp.CTE(this=view(name).copy(), alias=exp.TableAlias(this=exp.to_identifier(name))) for name in order]
     target = tree if isinstance(tree, exp.Query) else tree.find(exp.Query)
     key = "with_" if "with_" in type(target).arg_types else "with"   # sqlglot renamed the arg
     existing = target.args.get(key)

@@ -17,7 +17,8 @@ from sqlglot import exp, parse_one
 from sqlglot.errors import ParseError
 
 from servlens.engines.base import CANONICAL_TABLES, Engine
-from servlens.engines.functions import UnsupportedSQL
+from servlens.engines.functions import UnsupportedSQL, parse
+from servlens.engines.python_functions import COMPUTED, calls, probe
 from servlens.engines.schema import canonical_columns
 
 # Printed like calls but syntax, not functions an engine lists.
@@ -93,7 +94,15 @@ def check_sql(engine: Engine, name: str, sql: str, available: set[str], run: boo
         native = engine.native(sql)
     except UnsupportedSQL as exc:
         return Check(name, problem=str(exc))
-    missing = sorted(functions_called(native, engine.dialect) - available)
+    # servlens' statistical functions are computed in Python from the engine's aggregates (python_functions)
+    computed = set(COMPUTED) if engine.name != "duckdb" else set()
+    try:
+        tree = parse(sql)
+        for call in calls(tree):
+            probe(tree, call)  # raises when the call is where servlens cannot compute it
+    except UnsupportedSQL as exc:
+        return Check(name, problem=str(exc))
+    missing = sorted(functions_called(native, engine.dialect) - available - computed)
     result = Check(name, missing=missing)
     if run and not missing:
         try:
@@ -179,11 +188,11 @@ def render_check(doc: dict) -> str:
         lines.append(f"tables: {eng['table']}")
     lines.append("")
     lines.append("Function map:")
-    for probe in doc["probes"]:
-        state = "ok" if probe["ok"] else ("MISSING " + ", ".join(probe["missing"]) if probe["missing"]
-                                         else f"FAILS: {probe['problem']}")
-        ran = "" if probe["ran"] is None else (" (ran)" if probe["ran"] else "")
-        lines.append(f"  {probe['name']:<15} {state}{ran}")
+    for result in doc["probes"]:
+        state = "ok" if result["ok"] else ("MISSING " + ", ".join(result["missing"]) if result["missing"]
+                                         else f"FAILS: {result['problem']}")
+        ran = "" if result["ran"] is None else (" (ran)" if result["ran"] else "")
+        lines.append(f"  {result['name']:<15} {state}{ran}")
     for table, missing in doc["missing_columns"].items():
         lines.append(f"{table}: " + ("every canonical column" if not missing else
                                      f"lacks {', '.join(missing)} (read as NULL: unknown, not zero)"))

@@ -20,8 +20,11 @@ from servlens.errors import ConfigError
 
 # Times are UTC everywhere in servlens; Parquet columns carry no hive partitions (run and day are in the files);
 # a column name wins over a select alias of the same name (`count(run) AS run ... WHERE run IN (...)` filters by
-# the column, as in standard SQL; ClickHouse's default would read the aggregate there).
-SESSION_SETTINGS = {"session_timezone": "UTC", "use_hive_partitioning": 0, "prefer_column_name_to_alias": 1}
+# the column, as in standard SQL; ClickHouse's default would read the aggregate there); an outer join's missing side
+# is NULL, as in standard SQL (ClickHouse's default fills in 0 and ''); strftime's %M is the minute, as in C and
+# DuckDB (ClickHouse's formatDateTime reads it as the month's name by default).
+SESSION_SETTINGS = {"session_timezone": "UTC", "use_hive_partitioning": 0, "prefer_column_name_to_alias": 1,
+                    "join_use_nulls": 1, "formatdatetime_parsedatetime_m_is_month_name": 0}
 
 
 def _quote(text: str) -> str:
@@ -40,10 +43,13 @@ class ChDBEngine(Engine):
         self._session = session.Session()
         for key, value in SESSION_SETTINGS.items():
             self._session.query(f"SET {key} = {_quote(value) if isinstance(value, str) else value}")
-        # chDB sessions of one process share one server: each engine binds its tables in a database of its own, so
-        # a second engine (a compare beside an analysis) does not rebind the first one's views
+        # chDB sessions of one process share one server: each engine binds its tables (and keeps its scratch tables,
+        # materialise()) in databases of its own, so a second engine (a compare beside an analysis) does not rebind
+        # the first one's views
         self.database = f"servlens_bound_{next(_DATABASES)}"
+        self.scratch = f"{self.database}_scratch"
         self._session.query(f"CREATE DATABASE IF NOT EXISTS {self.database}")
+        self._session.query(f"CREATE DATABASE IF NOT EXISTS {self.scratch}")
 
     def _bind_parquet(self, table: str, dirs: list[Path]) -> None:
         if dirs:
@@ -53,10 +59,22 @@ class ChDBEngine(Engine):
         self._session.query(f"CREATE OR REPLACE VIEW {self.database}.{table} AS {body}")
         self.tables[table] = f"{self.database}.{table}"
 
+    def materialise(self, name: str, sql: str, views: dict[str, str] | None = None) -> str | None:
+        """A view read by many queries of a scope as a Memory table of this session: ClickHouse inlines a CTE at
+        every reference, and a rule's views read one another (SL007, SL010 reached ClickHouse's limit of 10,000
+        plan optimisations, after minutes)."""
+        native = self._computed_native(sql, views)
+        self._computed.clear()  # a probe reading this table by name read the previous scope's rows
+        try:
+            self._session.query(f"CREATE OR REPLACE TABLE {self.scratch}.{name} ENGINE = Memory AS {native}")
+        except Exception:  # noqa: BLE001 (a column a table cannot hold, NULL typed Nothing: then a CTE, whose
+            return None    # own error, if it has one, is the one the query reports)
+        return f"SELECT * FROM {self.scratch}.{name}"
+
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
         table = self._session.query(native_sql, "ArrowTable")
         self.last_columns = list(table.column_names)
-        return table.to_pylist()
+        return [_null_arrays(row) for row in table.to_pylist()]
 
     def _columns_of_empty(self, table: str) -> list[str]:
         return [row["name"] for row in self._fetch(f"DESCRIBE TABLE {self.tables[table]}", 10_000)]
@@ -110,7 +128,7 @@ class ClickHouseServerEngine(Engine):
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
         result = self._client.query(native_sql)
         self.last_columns = list(result.column_names)
-        return [dict(zip(result.column_names, row)) for row in result.result_rows]
+        return [_null_arrays(dict(zip(result.column_names, row))) for row in result.result_rows]
 
     def _columns_of_empty(self, table: str) -> list[str]:
         return [row["name"] for row in self._fetch(f"DESCRIBE TABLE {self.tables[table]}", 10_000)]
@@ -126,6 +144,12 @@ class ClickHouseServerEngine(Engine):
 
     def close(self) -> None:
         self._client.close()
+
+
+def _null_arrays(row: dict) -> dict:
+    """ClickHouse has no NULL array: an array_agg over no row is [] there and NULL in DuckDB, so an empty array
+    reads as NULL (no list), as DuckDB's."""
+    return {k: (None if isinstance(v, list) and not v else v) for k, v in row.items()}
 
 
 def _clickhouse_functions(fetch) -> set[str]:

@@ -32,6 +32,11 @@ meaning it relies on; sqlglot only prints the result. What is mapped, per engine
 DuckDB's quantile_disc is the inverse CDF: the value at sorted position max(1, ceil(n·q)), with q read as the exact
 decimal it is written as; ClickHouse's quantileExact* take floor(n·q) in floating point, which differs whenever
 n·q is whole (and then some), so the map picks that position itself from the sorted values, in integer arithmetic.
+
+ClickHouse also gets DuckDB's meaning of round (half away from zero), printf('%,d'), regexp_full_match,
+split_part, json_extract[_string], TRY_CAST, string_agg/array_agg ORDER BY, concat_ws, a correlated count over no
+row, signed window counts and s.* under several joins (docs/engines.md has the full table).
+
 Exact quantiles are exact on every engine and interpolate alike (DuckDB's quantile_cont, ClickHouse's
 quantileExactInclusive and Spark's percentile are all the (n-1)·q linear rule), so a p99 agrees to the last digit.
 Division by zero is the one known difference (DuckDB and ClickHouse: inf/nan; Spark: NULL): rule SQL divides by
@@ -70,7 +75,9 @@ def translate(sql: str | exp.Expression, engine: str, copy: bool = True) -> str:
     tree = parse(sql) if isinstance(sql, str) else (sql.copy() if copy else sql)
     if dialect == "duckdb":
         return tree.sql("duckdb")
-    tree = _expand_order_by_all(_expand_group_by_all(tree))
+    tree = _name_columns(_expand_order_by_all(_expand_group_by_all(tree)))
+    if dialect == "clickhouse":
+        tree = _expand_join_stars(tree)
     rewrite = _CLICKHOUSE if dialect == "clickhouse" else _SPARK
     return _bottom_up(tree, rewrite).sql(dialect)
 
@@ -180,6 +187,62 @@ def _decimal_fraction(node: exp.Expression) -> tuple[int, int]:
         raise UnsupportedSQL(f"quantile_disc's quantile {text} has more digits than DuckDB reads as a DECIMAL",
                              "Write at most 18 digits")
     return int(whole + fraction or "0"), 10 ** len(fraction)
+
+
+def _name_columns(tree: exp.Expression) -> exp.Expression:
+    """`SELECT r.kind FROM ...` names its column `kind` in DuckDB; ClickHouse names it `r.kind`. Each unaliased
+    column of a select list gets its own name as alias, so every engine's result has DuckDB's column names."""
+    for select in tree.find_all(exp.Select):
+        for item in select.expressions:
+            if isinstance(item, exp.Column) and item.table and not isinstance(item.this, exp.Star):
+                item.replace(exp.alias_(item.copy(), item.name, quoted=True))
+    return tree
+
+
+def _source_columns(select: exp.Select, name: str) -> list[str] | None:
+    """The output column names of the table expression `name` of `select` when the SQL says them (a CTE or a
+    subquery whose select list has no star), else None."""
+    sources = [select.args.get("from_") or select.args.get("from")] + list(select.args.get("joins") or [])
+    for source in sources:
+        item = source.this if source is not None else None
+        if item is None or item.alias_or_name != name:
+            continue
+        body = item.this if isinstance(item, exp.Subquery) else None
+        if isinstance(item, exp.Table) and not item.db:
+            node = select
+            while node is not None and body is None:
+                with_ = node.args.get("with_") or node.args.get("with")
+                if isinstance(with_, exp.With):
+                    body = next((cte.this for cte in with_.expressions if cte.alias == item.name), None)
+                node = node.parent
+        while isinstance(body, exp.SetOperation):
+            body = body.this
+        if (isinstance(body, exp.Select) and len(body.expressions) == 1 and isinstance(body.expressions[0], exp.Star)
+                and not body.args.get("joins") and isinstance((body.args.get("from_") or body.args.get("from")), exp.From)):
+            inner = (body.args.get("from_") or body.args.get("from")).this  # SELECT * FROM x [WHERE ...]: x's columns
+            return _source_columns(body, inner.alias_or_name)
+        if not isinstance(body, exp.Select) or any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and
+                                                  isinstance(p.this, exp.Star)) for p in body.expressions):
+            return None
+        return [p.alias_or_name for p in body.expressions]
+    return None
+
+
+def _expand_join_stars(tree: exp.Expression) -> exp.Expression:
+    """`SELECT s.*, ... FROM s JOIN a JOIN b`: with two joins or more ClickHouse names a column of `s.*` that
+    another joined table also has `s.capped`, so a query reading the result's `capped` fails. The star is
+    written out as `s.capped AS capped, ...` where the SQL says s's columns (a CTE, a subquery)."""
+    for select in list(tree.find_all(exp.Select)):
+        if len(select.args.get("joins") or []) < 2:
+            continue
+        items = []
+        for item in select.expressions:
+            names = (_source_columns(select, item.table)
+                     if isinstance(item, exp.Column) and isinstance(item.this, exp.Star) and item.table else None)
+            items += ([exp.alias_(exp.column(n, table=item.table, quoted=True), n, quoted=True) for n in names]
+                      if names else [item])
+        select.set("expressions", items)
+    return tree
 
 
 def _timestamp_type(node: exp.Cast) -> bool:
@@ -326,6 +389,8 @@ _CH_NAMES = {"epoch_us": "toUnixTimestamp64Micro", "isfinite": "isFinite"}
 def _ch_anonymous(node: exp.Anonymous):
     if _is_to_microseconds(node):  # DuckDB's INTERVAL of n µs
         return exp.Anonymous(this="toIntervalMicrosecond", expressions=[e.copy() for e in node.expressions])
+    if node.name.lower() == "printf":
+        return _ch_printf(node)
     renamed = _CH_NAMES.get(str(node.this).lower())
     if renamed:
         return exp.Anonymous(this=renamed, expressions=[e.copy() for e in node.expressions])
@@ -365,6 +430,28 @@ def _ch_string_agg(node: exp.GroupConcat, condition: exp.Expression | None = Non
     return exp.Anonymous(this="nullIf", expressions=[joined, exp.Literal.string("")])
 
 
+def _ch_array_agg_by_keys(node: exp.ArrayAgg, value: exp.Expression, keys: list) -> exp.Expression:
+    """array_agg(x ORDER BY k, ...): the values (NULLs kept, as DuckDB) in the keys' order. ClickHouse's
+    aggregates take no ORDER BY: the pairs are collected as tuples (a tuple with a NULL is kept) and sorted."""
+    sort_keys = [exp.Neg(this=exp.Paren(this=k.this.copy())) if k.args.get("desc") else k.this.copy() for k in keys]
+    pair = exp.Tuple(expressions=[value.copy(), exp.Tuple(expressions=sort_keys)])
+    p = exp.to_identifier("p")
+    ordered = exp.Anonymous(this="arraySort", expressions=[
+        exp.Lambda(this=exp.Anonymous(this="tupleElement", expressions=[p.copy(), exp.Literal.number(2)]),
+                   expressions=[p.copy()]), exp.Anonymous(this="groupArray", expressions=[pair])])
+    return exp.Anonymous(this="arrayMap", expressions=[
+        exp.Lambda(this=exp.Anonymous(this="tupleElement", expressions=[p.copy(), exp.Literal.number(1)]),
+                   expressions=[p.copy()]), ordered])
+
+
+def _ch_window(node: exp.Window):
+    """row_number(), rank(), dense_rank() and count(...) OVER (...) are BIGINT in DuckDB but UInt64 in ClickHouse,
+    whose UNION with a BIGINT column is a Variant no join can use (SL010's events): signed, as DuckDB's."""
+    if isinstance(node.this, (exp.RowNumber, exp.Rank, exp.DenseRank, exp.Count)):
+        return exp.Anonymous(this="toInt64", expressions=[node.copy()])
+    return None
+
+
 def _ch_filter(node: exp.Filter):
     if isinstance(node.this, exp.GroupConcat):
         return _ch_string_agg(node.this, node.expression.this)
@@ -374,7 +461,15 @@ def _ch_filter(node: exp.Filter):
 
 
 def _ch_array_agg(node: exp.ArrayAgg):
-    return None if isinstance(node.parent, exp.Filter) else _ch_list(node)
+    """array_agg / list: ordered by other keys than the value itself (a rule's `array_agg(x ORDER BY t)`), or
+    [DISTINCT] and ordered by the value (compare's `list`)."""
+    if isinstance(node.parent, exp.Filter):
+        return None
+    inner = node.this
+    value, keys = (inner.this, inner.expressions) if isinstance(inner, exp.Order) else (inner, [])
+    if keys and not isinstance(value, exp.Distinct) and any(k.this != value for k in keys):
+        return _ch_array_agg_by_keys(node, value, keys)
+    return _ch_list(node)
 
 
 def _ch_group_concat(node: exp.GroupConcat):
@@ -386,10 +481,135 @@ def _ch_bool_agg(node):
     return exp.Anonymous(this="max" if isinstance(node, exp.LogicalOr) else "min", expressions=[node.this.copy()])
 
 
+def _ch_regexp_full_match(node: exp.RegexpFullMatch):
+    """regexp_full_match(s, re): the whole string matches (ClickHouse's match() searches)."""
+    return exp.Anonymous(this="match", expressions=[node.this.copy(), _anchored(node.expression)])
+
+
+def _anchored(pattern: exp.Expression) -> exp.Expression:
+    if isinstance(pattern, exp.Literal) and pattern.is_string:
+        return exp.Literal.string(f"^(?:{pattern.this})$")
+    return exp.Concat(expressions=[exp.Literal.string("^(?:"), pattern.copy(), exp.Literal.string(")$")])
+
+
+def _ch_split_part(node: exp.SplitPart):
+    """split_part(s, sep, n): the n-th piece, 1-based, '' past the last (an array's default), as DuckDB."""
+    pieces = exp.Anonymous(this="splitByString", expressions=[node.args["delimiter"].copy(), node.this.copy()])
+    return exp.Anonymous(this="arrayElement", expressions=[pieces, node.args["part_index"].copy()])
+
+
+def _ch_json_extract(node: exp.JSONExtract):
+    """json_extract(j, path): the JSON text at the path, NULL where there is none (ClickHouse gives '')."""
+    if isinstance(node.parent, exp.JSONExtract):
+        return None
+    return exp.Anonymous(this="nullIf", expressions=[node.copy(), exp.Literal.string("")])
+
+
+def _ch_json_extract_string(node: exp.JSONExtractScalar):
+    """json_extract_string(j, path): a JSON string unquoted, any other value as its JSON text, NULL for JSON null
+    and a missing path (ClickHouse's JSONExtractString gives '' for a number and for a missing key)."""
+    keys = node.copy()
+    raw = exp.JSONExtract(this=keys.this.copy(), expression=keys.expression.copy())
+    kind = exp.Anonymous(this="JSONType", expressions=[keys.this.copy(), *_json_keys(keys.expression)])
+    return exp.Case(ifs=[exp.If(this=exp.EQ(this=kind.copy(), expression=exp.Literal.string("String")), true=keys),
+                         exp.If(this=exp.EQ(this=kind, expression=exp.Literal.string("Null")), true=exp.Null())],
+                    default=exp.Anonymous(this="nullIf", expressions=[raw, exp.Literal.string("")]))
+
+
+def _json_keys(path: exp.Expression) -> list[exp.Expression]:
+    """A JSONPath ($.a.b, $.a[0]) as ClickHouse's JSON function arguments ('a', 'b'; an index 1-based)."""
+    if not isinstance(path, exp.JSONPath):
+        raise UnsupportedSQL("A JSON path must be a literal like '$.key'", "Write json_extract(attrs, '$.key')")
+    keys = []
+    for part in path.expressions:
+        if isinstance(part, exp.JSONPathRoot):
+            continue
+        if isinstance(part, exp.JSONPathKey):
+            keys.append(exp.Literal.string(part.this))
+        elif isinstance(part, exp.JSONPathSubscript) and isinstance(part.this, int):
+            keys.append(exp.Literal.number(part.this + 1))
+        else:
+            raise UnsupportedSQL(f"JSON path {path.sql()} is not a plain key path", "Use $.key or $.key[0]")
+    return keys
+
+
+def _ch_try_cast(node: exp.TryCast):
+    """TRY_CAST(x AS T): NULL when x does not convert (ClickHouse's CAST raises)."""
+    if _timestamp_type(node):
+        return None
+    target = node.to.copy()
+    text = target.sql("clickhouse")
+    if text.startswith("Nullable("):
+        text = text[len("Nullable("):-1]
+    return exp.Anonymous(this="accurateCastOrNull", expressions=[node.this.copy(), exp.Literal.string(text)])
+
+
+def _thousands(value: exp.Expression) -> exp.Expression:
+    """An integer with thousands separators, as printf('%,d', n): digits reversed, a comma after every three,
+    read back (ClickHouse's printf has no ',' flag)."""
+    digits = exp.Anonymous(this="reverse", expressions=[exp.Anonymous(this="toString", expressions=[
+        exp.Abs(this=value.copy())])])
+    grouped = exp.Anonymous(this="replaceRegexpAll", expressions=[digits, exp.Literal.string("(\\d{3})"),
+                                                                  exp.Literal.string("\\1,")])
+    trimmed = exp.Anonymous(this="trimRight", expressions=[grouped, exp.Literal.string(",")])
+    sign = exp.If(this=exp.LT(this=value.copy(), expression=exp.Literal.number(0)), true=exp.Literal.string("-"),
+                  false=exp.Literal.string(""))
+    return exp.Anonymous(this="concat", expressions=[sign, exp.Anonymous(this="reverse", expressions=[trimmed])])
+
+
+def _ch_printf(node):
+    """printf: ClickHouse's has C's conversions; '%,d' (sl_int's thousands separators) is written out."""
+    fmt = node.expressions[0] if node.expressions else None
+    if isinstance(fmt, exp.Literal) and fmt.is_string and fmt.this == "%,d" and len(node.expressions) == 2:
+        return _thousands(node.expressions[1])
+    return None
+
+
+def _ch_round(node: exp.Round):
+    """round(x[, d]) half away from zero on the value scaled by 10^d, as DuckDB's (ClickHouse rounds a float's tie
+    to even: round(0.03125, 4) is 0.0312 there, 0.0313 in DuckDB)."""
+    digits = node.args.get("decimals")
+    scale = exp.Pow(this=exp.Literal.number(10), expression=digits.copy()) if digits is not None else None
+    scaled = exp.Mul(this=exp.Paren(this=node.this.copy()), expression=scale) if scale else node.this.copy()
+    away = exp.Mul(this=exp.Anonymous(this="sign", expressions=[scaled.copy()]), expression=exp.Floor(
+        this=exp.Add(this=exp.Abs(this=scaled), expression=exp.Literal.number(0.5))))
+    return exp.Div(this=away, expression=scale.copy()) if scale else away
+
+
+def _ch_concat_ws(node: exp.ConcatWs):
+    """concat_ws(sep, a, b, ...): the NULLs left out, as DuckDB (ClickHouse's concatWithSeparator reads them as '')."""
+    separator, *parts = node.expressions
+    item = exp.to_identifier("sl_part")
+    kept = exp.Anonymous(this="arrayFilter", expressions=[
+        exp.Lambda(this=exp.Not(this=exp.Is(this=item.copy(), expression=exp.Null())), expressions=[item.copy()]),
+        exp.Array(expressions=[p.copy() for p in parts])])
+    return exp.Anonymous(this="arrayStringConcat", expressions=[kept, separator.copy()])
+
+
+def _ch_subquery(node: exp.Subquery):
+    """A scalar `(SELECT count(...) FROM ... WHERE <correlated>)` is NULL in ClickHouse when no row matches (the
+    correlated subquery becomes an outer join); a count over no row is 0."""
+    body = node.this
+    if (node.alias or not isinstance(body, exp.Select) or len(body.expressions) != 1 or body.args.get("group")
+            or not isinstance(body.expressions[0].unalias(), exp.Count)
+            or isinstance(node.parent, (exp.From, exp.Join, exp.In, exp.Exists, exp.CTE, exp.Union))):
+        return None
+    return exp.Coalesce(this=node.copy(), expressions=[exp.Literal.number(0)])
+
+
 _CLICKHOUSE = {
     exp.Literal: _ch_big_integer,
     exp.PercentileDisc: _ch_quantile_disc,
+    exp.Window: _ch_window,
     exp.ArrayAgg: _ch_array_agg,
+    exp.ConcatWs: _ch_concat_ws,
+    exp.Subquery: _ch_subquery,
+    exp.Round: _ch_round,
+    exp.RegexpFullMatch: _ch_regexp_full_match,
+    exp.SplitPart: _ch_split_part,
+    exp.JSONExtract: _ch_json_extract,
+    exp.JSONExtractScalar: _ch_json_extract_string,
+    exp.TryCast: _ch_try_cast,
     exp.LogicalOr: _ch_bool_agg,
     exp.LogicalAnd: _ch_bool_agg,
     exp.Filter: _ch_filter,

@@ -7,6 +7,16 @@ from __future__ import annotations
 import duckdb
 
 
+def format_column_rows() -> list[tuple[str, str]]:
+    """(format, column_name) for every built-in format profile and the canonical columns it maps."""
+    from servlens.ingest.profiles import RENAMED_PROFILES, builtin_profiles
+
+    mapped = {p.name: sorted(p.columns) for p in builtin_profiles()}
+    for old, new in RENAMED_PROFILES.items():  # sources ingested under an old name keep it
+        mapped.setdefault(old, mapped.get(new, []))
+    return [(name, column) for name, columns in sorted(mapped.items()) for column in columns]
+
+
 def install(con: duckdb.DuckDBPyConnection) -> None:
     """The `format_columns(format, column_name)` temp table on `con`, from the built-in profiles; idempotent."""
     try:  # a probe, not a catalog listing: this runs once per scope
@@ -14,13 +24,7 @@ def install(con: duckdb.DuckDBPyConnection) -> None:
         return
     except duckdb.CatalogException:
         pass
-    from servlens.ingest.profiles import RENAMED_PROFILES, builtin_profiles
-
-    mapped = {p.name: sorted(p.columns) for p in builtin_profiles()}
-    for old, new in RENAMED_PROFILES.items():  # sources ingested under an old name keep it
-        mapped.setdefault(old, mapped.get(new, []))
-    rows = ", ".join(f"({_quoted(name)}, {_quoted(column)})"
-                     for name, columns in sorted(mapped.items()) for column in columns)
+    rows = ", ".join(f"({_quoted(name)}, {_quoted(column)})" for name, column in format_column_rows())
     con.execute("CREATE TEMP TABLE format_columns (format VARCHAR, column_name VARCHAR)")
     if rows:
         con.execute(f"INSERT INTO format_columns VALUES {rows}")

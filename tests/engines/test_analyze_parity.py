@@ -137,9 +137,6 @@ def _bounded(moved: dict) -> None:
     assert moved["rows_moved"] <= moved["scopes"] * (2 + moved["metric_names"]) + moved["shown"], moved
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17: the SQL-first rules ported after the engine layer do not all run on "
-                   "chDB yet (printf's %,d, the sl_* statistical functions, ClickHouse's scoping of a CTE alias in a "
-                   "correlated subquery, a Variant join key); `servlens engines check --engine chdb` lists them")
 def test_chdb_finds_what_duckdb_finds(duckdb_engine, chdb_engine):
     _bounded(check_engine_parity(duckdb_engine, chdb_engine))
 

@@ -43,15 +43,32 @@ def test_a_missing_function_is_named(chdb_engine):
     assert not result.ok
 
 
-def test_a_rule_calling_a_duckdb_udf_is_not_portable(chdb_engine, tmp_path):
-    """sl_fisher_greater_p is registered on DuckDB only: the check names it for the rule that calls it."""
+def _xy901_with(tmp_path, select_item: str):
     source = (Path(__file__).resolve().parents[1] / "analysis" / "data" / "user_rules" / "XY901-high-error-rate.toml")
-    text = source.read_text().replace("count(*) AS requests,", "sl_fisher_greater_p(1, 2, 3, 4) AS p, count(*) AS requests,")
+    text = source.read_text().replace("count(*) AS requests,", f"{select_item}, count(*) AS requests,")
     (tmp_path / "XY901-high-error-rate.toml").write_text(text)
-    rules = [r for r in load_rules([tmp_path]) if r.id == "XY901"]
+    return [r for r in load_rules([tmp_path]) if r.id == "XY901"]
+
+
+def test_a_rule_calling_a_duckdb_only_udf_is_not_portable(chdb_engine, tmp_path):
+    """sl_mannwhitney_less_p takes the samples themselves (no aggregate to compute it from): DuckDB only, named."""
+    rules = _xy901_with(tmp_path, "sl_mannwhitney_less_p([1.0, 2.0], [3.0, 4.0]) AS p")
     verdict = check_engine(chdb_engine, rules, tables_bound=False)["rules"][0]
     assert not verdict["runs"]
-    assert verdict["reason"] == "XY901 detector.sql: the engine lacks sl_fisher_greater_p"
+    assert verdict["reason"] == "XY901 detector.sql: the engine lacks sl_mannwhitney_less_p"
+
+
+def test_a_statistical_function_servlens_computes_runs_in_a_select_list_only(chdb_engine, tmp_path):
+    """sl_fisher_greater_p on an engine: computed by servlens from the engine's aggregates, so the rule runs; inside
+    an aggregate its arguments would be rows, and the check says why it cannot go there."""
+    rules = _xy901_with(tmp_path, "sl_fisher_greater_p(1, 2, 3, 4) AS p")
+    assert check_engine(chdb_engine, rules, tables_bound=False)["rules"][0]["runs"]
+    rules = _xy901_with(tmp_path, "sum(sl_normal_sf(ttft_s)) AS p")
+    verdict = check_engine(chdb_engine, rules, tables_bound=False)["rules"][0]
+    assert not verdict["runs"]
+    assert verdict["reason"] == ("XY901 detector.sql: sl_normal_sf() inside an aggregate or a window reads rows, not "
+                                 "aggregates: servlens computes it only on an engine's aggregates. Aggregate first, "
+                                 "then call sl_normal_sf().")
 
 
 def test_functions_called_reads_the_translation():

@@ -14,6 +14,17 @@ from servlens.engines.functions import UnsupportedSQL, translate
 
 # (name, portable SQL): every construct the map rewrites, over real data and the edge run.
 PARITY_CASES = [
+    ("text and rounding: the rules' sentences", """
+        WITH g AS (SELECT run, count(*) AS n, sum(completion_tokens) AS tokens, count(ttft_s) AS timed
+                   FROM requests GROUP BY run)
+        SELECT run, printf('%,d', CAST(round(tokens * 1000.0) AS BIGINT)) AS tokens_text,
+               printf('%,d', CAST(-tokens AS BIGINT)) AS negative, printf('%.1f', 100.0 * timed / n) AS pct,
+               round(1.0 / 32, 4) AS tie_up, round(-2.5) AS tie_away, round(timed * 1.0 / n, 4) AS share,
+               regexp_full_match(CAST(n AS VARCHAR), '[0-9]+') AS digits, regexp_full_match(run, 'gw') AS partial,
+               split_part(run, '-', 2) AS second_word, split_part(run, '-', 9) AS past_the_end,
+               concat_ws(' and ', run, CASE WHEN n > 100 THEN 'many' END) AS joined,
+               (SELECT count(*) FROM requests r WHERE r.run = g.run AND r.ttft_s > 1e9) AS none_this_slow
+        FROM g ORDER BY run"""),
     ("exact quantiles, both spellings and a list", """
         SELECT run, model, count(*) AS n, quantile_cont(ttft_s, 0.99) AS p99, quantile_cont(ttft_s, 0.5) AS p50,
                percentile_cont(0.9) WITHIN GROUP (ORDER BY e2e_s) AS e2e_p90, median(e2e_s) AS e2e_median,
