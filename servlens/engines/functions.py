@@ -533,6 +533,14 @@ def _json_keys(path: exp.Expression) -> list[exp.Expression]:
     return keys
 
 
+def _ch_contains(node: exp.Contains):
+    """contains(s, part): position() on the text; attrs read from Parquet is ClickHouse's JSON type, which position()
+    refuses, and its text keeps every key in double quotes (the rules look for '"key"')."""
+    text = exp.Anonymous(this="toString", expressions=[node.this.copy()])
+    found = exp.Anonymous(this="position", expressions=[text, node.expression.copy()])
+    return exp.GT(this=found, expression=exp.Literal.number(0))
+
+
 def _ch_try_cast(node: exp.TryCast):
     """TRY_CAST(x AS T): NULL when x does not convert (ClickHouse's CAST raises)."""
     if _timestamp_type(node):
@@ -610,6 +618,7 @@ _CLICKHOUSE = {
     exp.JSONExtract: _ch_json_extract,
     exp.JSONExtractScalar: _ch_json_extract_string,
     exp.TryCast: _ch_try_cast,
+    exp.Contains: _ch_contains,
     exp.LogicalOr: _ch_bool_agg,
     exp.LogicalAnd: _ch_bool_agg,
     exp.Filter: _ch_filter,
