@@ -23,6 +23,8 @@ from servlens.engines.schema import canonical_columns
 
 # Printed like calls but syntax, not functions an engine lists.
 _SYNTAX = {"case", "cast", "try_cast", "extract", "interval", "filter", "over", "within", "coalesce", "exists"}
+# Spark's parser reads TIMESTAMPDIFF(unit, a, b) as syntax (the unit is a keyword): SHOW FUNCTIONS does not list it.
+_DIALECT_SYNTAX = {"spark": {"timestampdiff"}}
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 # One probe per construct of the function map (servlens/engines/functions.py), over the canonical columns.
@@ -77,14 +79,16 @@ def functions_called(native_sql: str, dialect: str) -> set[str]:
         # names before "(" then, which is what the engine's own parser will look up.
         code = _STRINGS.sub(" ", native_sql)  # words in literals, quoted names and comments are no calls
         ctes = {m.group(1).lower() for m in _CTE_COLUMNS.finditer(code)}  # WITH t(a, b) AS (...): a name, no call
-        return {m.group(1).lower() for m in _CALL.finditer(code) if m.group(1).lower() not in _KEYWORDS | ctes}
+        skip = _KEYWORDS | ctes | _DIALECT_SYNTAX.get(dialect, set())
+        return {m.group(1).lower() for m in _CALL.finditer(code) if m.group(1).lower() not in skip}
     names = set()
+    syntax = _SYNTAX | _DIALECT_SYNTAX.get(dialect, set())
     for node in tree.find_all(exp.Func):
         if isinstance(node, exp.ParameterizedAgg):
             names.add(str(node.this).lower())
             continue
         match = _NAME.match(node.sql(dialect))
-        if match and match.group(1).lower() not in _SYNTAX:
+        if match and match.group(1).lower() not in syntax:
             names.add(match.group(1).lower())
     return names
 

@@ -24,7 +24,9 @@ meaning it relies on; sqlglot only prints the result. What is mapped, per engine
 | regr_slope(y, x)                              | simpleLinearRegression(x, y).1, NULL on no pair | regr_slope(y, x)                    |
 | ts + to_microseconds(n)                       | ts + toIntervalMicrosecond(n)                | timestamp_micros(unix_micros(ts) + n)  |
 | labels['k'] (a MAP; NULL when the key is absent) | if(mapContains(labels, 'k'), labels['k'], NULL) | try_element_at(labels, 'k')     |
-| a / b                                         | a / b (inf / nan on zero, as DuckDB)         | try_divide(a, b) (NULL on zero)        |
+| a / b                                         | a / b (inf / nan on zero, as DuckDB)         | try_divide(CAST(a AS DOUBLE), b)       |
+| printf(fmt, ...)                              | see _ch_printf                               | format_string, see _spark_printf       |
+| regexp_full_match(s, p)                       | match(s, '^(?:p)$')                          | s RLIKE '^(?:p)\\z'                     |
 | GROUP BY ALL                                  | expanded to the non-aggregate select items   | expanded                               |
 | ORDER BY ALL                                  | ORDER BY every select item, NULLS LAST       | the same                               |
 | row_number(), ntile(n) OVER (ORDER BY ...)    | the same; NULL order made explicit           | the same; NULLS LAST made explicit     |
@@ -45,6 +47,8 @@ have is reported by `servlens engines check`, never rewritten into something app
 """
 
 from __future__ import annotations
+
+import re
 
 import sqlglot
 from sqlglot import exp
@@ -685,7 +689,10 @@ def _spark_epoch(node: exp.TimeToUnix):
 
 
 def _spark_div(node: exp.Div):
-    return exp.Anonymous(this="try_divide", expressions=[node.this, node.expression])
+    # DuckDB's / is a DOUBLE division whatever the operands (1.0 is a DECIMAL in both engines); Spark's keeps a
+    # DECIMAL, which prints and rounds differently (and which format_string's %f refuses).
+    dividend = exp.Cast(this=node.this, to=exp.DataType.build("DOUBLE"))
+    return exp.Anonymous(this="try_divide", expressions=[dividend, node.expression])
 
 
 def _spark_add(node: exp.Add):
@@ -756,8 +763,138 @@ def _spark_filter(node: exp.Filter):
     return None
 
 
+def _spark_array_agg_by_keys(node: exp.ArrayAgg):
+    """array_agg(x ORDER BY k): Spark's collect_list has no order (and drops NULLs): the (k, x) structs are sorted
+    and their x taken, a NULL x kept as DuckDB keeps it."""
+    inner = node.this
+    if not isinstance(inner, exp.Order):
+        return None
+    keys = inner.expressions
+    if any(k.args.get("desc") for k in keys):
+        raise UnsupportedSQL("array_agg(... ORDER BY k DESC) is not mapped for Spark", "Order ascending")
+    fields = [exp.PropertyEQ(this=exp.to_identifier(f"k{i}"), expression=k.this.copy()) for i, k in enumerate(keys)]
+    fields.append(exp.PropertyEQ(this=exp.to_identifier("v"), expression=inner.this.copy()))
+    collected = exp.Anonymous(this="collect_list", expressions=[exp.Struct(expressions=fields)])
+    sorted_ = exp.Anonymous(this="array_sort", expressions=[collected])
+    take = exp.Lambda(this=exp.Dot(this=exp.to_identifier("sl_s"), expression=exp.to_identifier("v")),
+                      expressions=[exp.to_identifier("sl_s")])
+    return exp.Anonymous(this="transform", expressions=[sorted_, take])
+
+
 def _spark_array_agg(node: exp.ArrayAgg):
-    return None if isinstance(node.parent, exp.Filter) else _spark_list(node)
+    """array_agg ordered by other keys than the value (a rule's), or list([DISTINCT] x [ORDER BY x]) (compare's)."""
+    if isinstance(node.parent, exp.Filter):
+        return None
+    inner = node.this
+    value, keys = (inner.this, inner.expressions) if isinstance(inner, exp.Order) else (inner, [])
+    if keys and not isinstance(value, exp.Distinct) and any(k.this != value for k in keys):
+        return _spark_array_agg_by_keys(node)
+    return _spark_list(node)
+
+
+# printf: Spark's format_string is Java's Formatter. It prints NULL as 'null' (DuckDB's printf gives NULL), refuses a
+# DECIMAL for %f, rounds %.Nf half-up on the shortest decimal form (0.125 -> '0.13', 0.35 -> '0.4'; DuckDB and
+# Python round the exact binary value, half to even: '0.12', '0.3'), and its %g keeps trailing zeros ('30.0000'
+# for C's '30'). So a %f value is rounded exactly first, and %g's zeros are stripped as C strips them.
+_CONVERSION = re.compile(r"%([-#+ 0,(]*)(\d*)(?:\.(\d+))?([a-zA-Z%])")
+_SPLITTER = 134217729.0  # 2^27 + 1: Veltkamp's split of a double into two 26-bit halves
+
+
+def _let(name: str, value: str, body: str) -> str:
+    """`body` with `name` bound to `value`, which is computed once: a lambda over a one-element array."""
+    return f"element_at(transform(array({value}), {name} -> {body}), 1)"
+
+
+def _split_sql(value: str) -> tuple[str, str]:
+    high = f"({_SPLITTER}D * {value} - ({_SPLITTER}D * {value} - {value}))"
+    return high, f"({value} - {high})"
+
+
+def _exact_round_sql(x: str, scale: str) -> str:
+    """SQL rounding the DOUBLE `x` (>= 0, finite) to the decimals of `scale` (10^digits, a DOUBLE: exact up to 22
+    digits) as DuckDB's printf does: the exact binary value, half to even on an exact tie. x * scale is computed
+    with its rounding error (Dekker's product: p + e is x * scale exactly), so a tie is a tie of the exact value,
+    not of the rounded product. Written out, not bound by lambdas: Spark's optimizer inlines nested lambdas."""
+    p = f"({x} * {scale})"
+    xh, xl = _split_sql(x)
+    sh, sl = _split_sql(scale)
+    e = f"(((({xh} * {sh} - {p}) + {xh} * {sl}) + {xl} * {sh}) + {xl} * {sl})"
+    n = f"CAST(floor({p}) AS DOUBLE)"
+    d = f"(({p} - {n}) - 0.5D)"
+    up = f"({d} > 0 OR ({d} = 0 AND ({e} > 0 OR ({e} = 0 AND {n} % 2 = 1))))"
+    return f"CASE WHEN {p} >= 4.0e15D THEN {x} ELSE ({n} + CASE WHEN {up} THEN 1.0D ELSE 0.0D END) / {scale} END"
+
+
+def _fixed_sql(x: str, digits: int) -> str:
+    """%.Nf of the DOUBLE `x`, rounded as DuckDB rounds it (the rounded value then prints exactly in Java)."""
+    rounded = _exact_round_sql(f"abs({x})", f"{float(10 ** digits)!r}D")
+    return f"CASE WHEN isnan({x}) OR abs({x}) = double('infinity') THEN {x} ELSE sign({x}) * {rounded} END"
+
+
+def _general_sql(x: str, precision: int) -> str:
+    """C's %.Pg of the DOUBLE `x`: Java's %g has C's choice of notation and digits but keeps the trailing zeros
+    (C strips them) and spells nan and inf its own way. Its rounding is Java's (half-up on the shortest decimal):
+    exact rounding as for %f made the expression too large for Spark to compile in reasonable time."""
+    text = f"format_string('%.{max(precision, 1)}g', {x})"
+    stripped = f"regexp_replace(regexp_replace({text}, '([.][0-9]*?)0+(e|$)', '$1$2'), '[.](e|$)', '$1')"
+    return (f"CASE WHEN isnan({x}) THEN 'nan' WHEN {x} = double('infinity') THEN 'inf' "
+            f"WHEN {x} = double('-infinity') THEN '-inf' ELSE {stripped} END")
+
+
+def _bound_once(value: exp.Expression, body_sql: str) -> exp.Expression:
+    """`body_sql` (over the variable sl_x) applied to `value` as a DOUBLE, `value` written once."""
+    template = sqlglot.parse_one(_let("sl_x", "CAST(sl_value AS DOUBLE)", body_sql), read="spark")
+    for column in template.find_all(exp.Column):
+        if column.name == "sl_value":
+            column.replace(value.copy())
+            break
+    return template
+
+
+def _spark_printf(node: exp.Anonymous) -> exp.Expression:
+    fmt, args = node.expressions[0], node.expressions[1:]
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+        raise UnsupportedSQL("printf takes a literal format on Spark", "Write the format as a string literal")
+    pieces, values, position = [], [], 0
+    for match in _CONVERSION.finditer(fmt.this):
+        flags, width, precision, kind = match.groups()
+        if kind == "%":
+            continue
+        if position >= len(args):
+            raise UnsupportedSQL(f"printf format {fmt.this!r} has more conversions than arguments", "Pass one per %")
+        arg = args[position]
+        position += 1
+        if kind == "d":
+            values.append(exp.Cast(this=arg.copy(), to=exp.DataType.build("BIGINT")))
+        elif kind == "s":
+            values.append(arg.copy())
+        elif kind == "f" and not width and flags in ("", ","):
+            values.append(_bound_once(arg, _fixed_sql("sl_x", int(precision or 6))))
+        elif kind == "g" and not flags and not width:
+            # C's %g is no Java conversion: the text is made in SQL and printed with %s
+            values.append(_bound_once(arg, _general_sql("sl_x", 6 if precision is None else int(precision))))
+            pieces.append((match.start(), match.end(), "%s"))
+            continue
+        else:
+            raise UnsupportedSQL(f"printf conversion {match.group(0)!r} is not mapped for Spark",
+                                 "Use %d, %,d, %s, %.Nf or %.Ng")
+    text = fmt.this
+    for start, end, replacement in reversed(pieces):
+        text = text[:start] + replacement + text[end:]
+    call = exp.Anonymous(this="format_string", expressions=[exp.Literal.string(text), *values])
+    if not args:
+        return call
+    # DuckDB's printf is NULL when an argument is; Java prints 'null'
+    unknown = exp.or_(*[exp.Is(this=a.copy(), expression=exp.Null()) for a in args])
+    return exp.Case(ifs=[exp.If(this=unknown, true=exp.Null())], default=call)
+
+
+def _spark_regexp_full_match(node: exp.RegexpFullMatch):
+    """regexp_full_match(s, p): the whole string matches (RE2's FullMatch); Java's \\z is the very end."""
+    pattern = node.expression
+    anchored = (exp.Literal.string(f"^(?:{pattern.this})\\z") if isinstance(pattern, exp.Literal) else
+                exp.Concat(expressions=[exp.Literal.string("^(?:"), pattern.copy(), exp.Literal.string(")\\z")]))
+    return exp.RegexpLike(this=node.this.copy(), expression=anchored)
 
 
 def _spark_cast(node: exp.Cast):
@@ -768,6 +905,8 @@ def _spark_cast(node: exp.Cast):
 
 def _spark_anonymous(node: exp.Anonymous):
     name = str(node.this).lower()
+    if name == "printf":
+        return _spark_printf(node)
     if name == "epoch_us":
         return _micros(node.expressions[0])
     if name == "isfinite":   # NULL stays NULL, as DuckDB's isfinite
@@ -785,6 +924,7 @@ _SPARK = {
     exp.ArrayAgg: _spark_array_agg,
     exp.Cast: _spark_cast,
     exp.Anonymous: _spark_anonymous,
+    exp.RegexpFullMatch: _spark_regexp_full_match,
     exp.Add: _spark_add,
     exp.WithinGroup: _spark_percentile,
     exp.PercentileCont: _spark_percentile,

@@ -157,19 +157,26 @@ def test_a_sql_finding_moves_one_row(chdb_engine):
     assert (row["state"], row["requests"]) == ("clear" if known >= 10 else "not_evaluable", known)
 
 
+# The JVM error first seen here ("Exception thrown in awaitResult") was Java's Formatter refusing a DECIMAL share in
+# printf (Spark keeps x * 1.0 / n a DECIMAL): division is a DOUBLE division and printf is mapped for Spark now
+# (tests/engines/test_function_map.py). Parity is not reached yet.
 SPARK_CONTRACT = pytest.mark.xfail(
-    strict=True, reason="SQL-first rules (SL003, UR001) on Spark: the detector fails at run time with a JVM error "
-    "(SparkException: Exception thrown in awaitResult), not yet found; XY901 and the workload agree")
+    strict=True, reason="issue 17: SQL-first rules on Spark are not at parity yet: the detector's metrics row goes "
+    "back to the engine as untyped literals (an untyped NULL is Spark's NullType, refused by FILTER (WHERE ...)), one "
+    "rule's query is refused by Spark's analyzer with ASSIGNMENT_ARITY_MISMATCH (not yet traced to its rule), and a "
+    "whole run ran the local driver (1 GB) out of memory")
 
 
 @pytest.mark.engines
 @SPARK_CONTRACT
+@pytest.mark.timeout(1800)  # every built-in rule on every scope: over 600 s on 2 shared cores under load
 def test_spark_local_finds_what_duckdb_finds(duckdb_engine, spark_local_engine):
     _bounded(check_engine_parity(duckdb_engine, spark_local_engine))
 
 
 @pytest.mark.engines
 @SPARK_CONTRACT
+@pytest.mark.timeout(1800)
 def test_spark_standalone_cluster_finds_what_duckdb_finds(duckdb_engine, spark_cluster_engine):
     _bounded(check_engine_parity(duckdb_engine, spark_cluster_engine))
 

@@ -200,3 +200,38 @@ def test_chdb_gives_duckdbs_discrete_quantiles_and_lists(duckdb_engine, chdb_eng
     assert not failures, "\n".join(failures)
     edge = next(r for r in duckdb_engine.query(CLICKHOUSE_CASES[0][1]) if r["run"] == "edge")
     assert (edge["n"], edge["p5"]) == (60, 12)   # the 3rd of 10..69: ClickHouse's quantileExact would give 13
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# printf on Spark (Java's Formatter): NULL stays NULL, %f rounds as DuckDB does, %g loses C's trailing zeros
+
+
+def test_spark_printf_keeps_null_and_divides_as_doubles():
+    out = translate("SELECT printf('%,d', CAST(round(n) AS BIGINT)) AS s, a / b AS r FROM t", "spark")
+    assert out.startswith("SELECT CASE WHEN CAST(ROUND(n) AS BIGINT) IS NULL THEN NULL ELSE FORMAT_STRING('%,d', ")
+    assert out.endswith("TRY_DIVIDE(CAST(a AS DOUBLE), b) AS r FROM t")
+
+
+def test_spark_printf_refuses_a_conversion_it_does_not_map():
+    from servlens.engines.functions import UnsupportedSQL
+
+    with pytest.raises(UnsupportedSQL, match="printf conversion '%x' is not mapped for Spark"):
+        translate("SELECT printf('%x', n) FROM t", "spark")
+
+
+# ties of the exact binary value (0.125, 42.5), near-ties whose shortest decimal is a tie (0.295, 0.35, 2.675), a
+# negative zero after rounding, integers and values for both notations of %g
+PRINTF_VALUES = [0.295, 42.5, 0.25, 0.125, 2.675, 0.15, 0.05, 0.35, 1.0005, 30.0, 1234567.0, 0.0001234567, 1.234e-05,
+                 0.0456, -2.5, 0.0, -0.04, 100000.0, 1e6, 1e-7, 0.30000000000000004, 99.95, 7.0 / 3, None]
+
+
+@pytest.mark.engines
+def test_spark_printf_prints_what_duckdb_prints(duckdb_engine, spark_local_engine):
+    rows = " UNION ALL ".join(f"SELECT {i} AS i, CAST({'NULL' if v is None else repr(v)} AS DOUBLE) AS v"
+                              for i, v in enumerate(PRINTF_VALUES))
+    sql = (f"SELECT i, printf('%.0f', v) AS f0, printf('%.1f', v) AS f1, printf('%.2f%%', v) AS f2, "
+           f"printf('%g s', v) AS g, printf('%,d', CAST(round(v * 1000) AS BIGINT)) AS d FROM ({rows}) t ORDER BY i")
+    expected = duckdb_engine.query(sql)
+    got = spark_local_engine.query(sql)
+    assert got == expected
+    assert [r["f1"] for r in got][:4] == ["0.3", "42.5", "0.2", "0.1"] and got[-1]["g"] is None
