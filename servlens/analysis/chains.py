@@ -129,11 +129,16 @@ def build_chains(con: duckdb.DuckDBPyConnection, findings: list[dict]) -> list[d
         return []
     con.execute("CREATE OR REPLACE TEMP TABLE chain_members (node INTEGER, source_id INTEGER, source_line BIGINT, "
                 "trace_key VARCHAR, t_at TIMESTAMP, t_end TIMESTAMP, attempt INTEGER)")
-    for i, f in enumerate(nodes):
-        con.execute(f"""INSERT INTO chain_members
-            SELECT {i}, r.source_id, r.source_line, coalesce(r.trace_id, r.request_id),
-                   coalesce(r.t_arrival, r.t_first_token, r.t_end), r.t_end, r.attempt
-            FROM requests r WHERE {_member_sql(f)}""")
+    # One scan of the store for every finding's members (a scan per finding read a spilled store again each time:
+    # x9.5 from 1M to 3M rows); a request in several findings is one row per finding.
+    conditions = [_member_sql(f) for f in nodes]
+    member_of = ", ".join(f"CASE WHEN {c} THEN {i} END" for i, c in enumerate(conditions))
+    con.execute(f"""INSERT INTO chain_members
+        SELECT node, source_id, source_line, trace_key, t_at, t_end, attempt FROM (
+            SELECT unnest(list_filter([{member_of}], lambda n: n IS NOT NULL)) AS node, r.source_id, r.source_line,
+                   coalesce(r.trace_id, r.request_id) AS trace_key,
+                   coalesce(r.t_arrival, r.t_first_token, r.t_end) AS t_at, r.t_end, r.attempt
+            FROM requests r WHERE {" OR ".join(f"({c})" for c in conditions)})""")
     sizes = dict(con.execute("SELECT node, count(*) FROM chain_members GROUP BY node").fetchall())
     spans = {i: _span(f, con, i) for i, f in enumerate(nodes)}
     edges: dict[tuple[int, int], dict] = {}
