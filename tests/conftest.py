@@ -43,3 +43,18 @@ def validate_documents(monkeypatch):
     from tests.documents import wrap_builders
 
     wrap_builders(monkeypatch)
+
+
+# ------------------------------------------------------------------ two workers (pytest -n 2 --dist loadgroup)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist, a module's tests stay on one worker (its module fixtures, such as the truth matrix's analysed
+    runs, are computed once), and so do all tests of the real llama.cpp engine and of the engines' exports, whose
+    session fixtures record a run or export the recordings: each is done once, not once per worker."""
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
+        group = parts[0] if parts[0] in ("e2e", "engines") else "/".join(parts)
+        item.add_marker(pytest.mark.xdist_group(group))
