@@ -1,6 +1,7 @@
 """Engines under test: DuckDB (the reference), chDB in-process, Spark local[2] and a real Spark standalone cluster
 on 127.0.0.1 (a master and two workers started from the pyspark distribution). Spark tests carry the `engines`
-marker (kept out of the default run; .ci/run runs them); chDB is fast enough for the default run.
+marker (kept out of the default run and CI: `pytest -m engines tests/engines`); chDB is fast enough for the
+default run.
 
 The data are real recordings from tests/data/recorded, ingested through the normal path and exported with
 `servlens export`, plus a small table of edge cases (ties, NULLs, one point, an empty group).
