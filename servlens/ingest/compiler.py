@@ -385,21 +385,30 @@ def can_number_by_insert_order(profile: Profile, opts: CompileOptions) -> bool:
     return not any(_WINDOW_RE.search(e) or _LINE_RE.search(e) for e in expressions)
 
 
+def line_captures(patterns: list[str], names: list[list[str]]) -> tuple[list[str], dict[str, str], str]:
+    """The named regex captures of a line reader over `_text`: the select items `_p<i>` (pattern i's captures as a
+    struct, NULL when it does not match), each capture name's value (the first matching pattern's, '' as NULL) and
+    the condition that some pattern matched. Request lines and metric lines read captures this one way."""
+    matched = []
+    for i, (pattern, group) in enumerate(zip(patterns, names)):
+        listed = "[" + ", ".join(sql_str(n) for n in group) + "]"
+        matched.append(f"CASE WHEN regexp_matches(_text, {sql_str(pattern)}) THEN "
+                       f"regexp_extract(_text, {sql_str(pattern)}, {listed}) END AS _p{i}")
+    captures = {}
+    for name in dict.fromkeys(n for group in names for n in group):
+        parts = [f"_p{i}.{_ident(name)}" for i, group in enumerate(names) if name in group]
+        captures[name] = f"nullif(coalesce({', '.join(parts)}), '')"
+    any_match = " OR ".join(f"_p{i} IS NOT NULL" for i in range(len(patterns)))
+    return matched, captures, any_match
+
+
 def _line_records(profile: Profile) -> list[tuple[str, str]]:
     """Reader "lines": the lines matching one of the profile's patterns, their named captures as `m.<name>`
     (text); with lines.key, the lines sharing the key's captures are one record (each capture from its first
     line). Lines no pattern matches are other log lines: not records, not bad lines."""
-    names = list(dict.fromkeys(n for group in profile.line_names for n in group))
-    matched = []
-    for i, (pattern, group) in enumerate(zip(profile.line_patterns, profile.line_names)):
-        listed = "[" + ", ".join(sql_str(n) for n in group) + "]"
-        matched.append(f"CASE WHEN regexp_matches(_text, {sql_str(pattern)}) THEN "
-                       f"regexp_extract(_text, {sql_str(pattern)}, {listed}) END AS _p{i}")
-    fields = []
-    for name in names:
-        parts = [f"_p{i}.{_ident(name)}" for i, group in enumerate(profile.line_names) if name in group]
-        fields.append(f"nullif(coalesce({', '.join(parts)}), '') AS {_ident(name)}")
-    any_match = " OR ".join(f"_p{i} IS NOT NULL" for i in range(len(profile.line_patterns)))
+    matched, captures, any_match = line_captures(profile.line_patterns, profile.line_names)
+    names = list(captures)
+    fields = [f"{expr} AS {_ident(name)}" for name, expr in captures.items()]
     ctes = [
         ("_matched", "SELECT _line, " + ", ".join(matched) + " FROM _raw"),
         ("_fields", f"SELECT _line, {', '.join(fields)} FROM _matched WHERE {any_match}"),

@@ -15,8 +15,10 @@ from servlens.errors import ConfigError
 from servlens.ingest import sources as src
 from servlens.ingest.compiler import (
     CompileOptions,
+    _ident,
     _time_adjust,
     compile_profile,
+    line_captures,
     line_longest,
     line_reader_sql,
     sql_str,
@@ -27,25 +29,12 @@ from servlens.sandbox import check_user_expression
 FORMAT_SUFFIX = "metric-lines"  # the metrics source's format: "<profile> metric-lines"
 
 
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def metric_lines_sql(profile: Profile, opts: CompileOptions) -> str:
     """SELECT ts, name, labels, value: one row per gauge of each matching line (a NULL time or value gives none)."""
     spec = profile.metric_lines
     assert spec is not None
-    names = list(dict.fromkeys(n for group in spec.names for n in group))
-    matched = []
-    for i, (pattern, group) in enumerate(zip(spec.patterns, spec.names)):
-        listed = "[" + ", ".join(sql_str(n) for n in group) + "]"
-        matched.append(f"CASE WHEN regexp_matches(_text, {sql_str(pattern)}) THEN "
-                       f"regexp_extract(_text, {sql_str(pattern)}, {listed}) END AS _p{i}")
-    fields = []
-    for name in names:
-        parts = [f"_p{i}.{_ident(name)}" for i, group in enumerate(spec.names) if name in group]
-        fields.append(f"{_ident(name)} := nullif(coalesce({', '.join(parts)}), '')")
-    any_match = " OR ".join(f"_p{i} IS NOT NULL" for i in range(len(spec.patterns)))
+    matched, captures, any_match = line_captures(spec.patterns, spec.names)
+    fields = [f"{_ident(name)} := {expr}" for name, expr in captures.items()]
     reader = line_reader_sql(opts.path, opts.compression, line_longest(profile, opts), store_rejects=False)
     # a label whose value is NULL (not in this line) is left out, not stored empty
     entries = ", ".join(f"struct_pack(key := {sql_str(k)}, value := CAST(({v}) AS VARCHAR))"
