@@ -295,18 +295,33 @@ def _ch_quantile_disc(node: exp.PercentileDisc):
     return exp.If(this=empty, true=exp.Null(), false=picked)
 
 
-def _ch_list(node: exp.ArrayAgg, condition: exp.Expression | None = None):
-    """list([DISTINCT] x [ORDER BY x]) [FILTER (WHERE c)]: groupArray skips NULLs and list() keeps them, so the values
-    are collected as 1-tuples (never NULL) and unwrapped. Over no row DuckDB gives NULL and ClickHouse, which has no
-    NULL array, the empty list."""
+def _list_parts(node: exp.ArrayAgg, engine: str) -> tuple[exp.Expression, list, bool]:
+    """list([DISTINCT] x [ORDER BY x]): the value, the ORDER BY keys and whether DISTINCT; the map orders a list by
+    its own value, ascending, only."""
     inner = node.this
     value, keys = (inner.this, inner.expressions) if isinstance(inner, exp.Order) else (inner, [])
     distinct = isinstance(value, exp.Distinct)
     if distinct:
         value = value.expressions[0]
     if any(k.this != value or k.args.get("desc") or k.args.get("nulls_first") for k in keys):
-        raise UnsupportedSQL("On ClickHouse, list(... ORDER BY ...) orders by the listed value, ascending, only",
+        raise UnsupportedSQL(f"On {engine}, list(... ORDER BY ...) orders by the listed value, ascending, only",
                              "Write list(x ORDER BY x)")
+    return value, keys, distinct
+
+
+def _ordered_by_other_keys(node: exp.ArrayAgg) -> bool:
+    """array_agg(x ORDER BY k) with keys other than x itself (a rule's), not compare's list(x ORDER BY x)."""
+    inner = node.this
+    if not isinstance(inner, exp.Order) or isinstance(inner.this, exp.Distinct):
+        return False
+    return any(k.this != inner.this for k in inner.expressions)
+
+
+def _ch_list(node: exp.ArrayAgg, condition: exp.Expression | None = None):
+    """list([DISTINCT] x [ORDER BY x]) [FILTER (WHERE c)]: groupArray skips NULLs and list() keeps them, so the values
+    are collected as 1-tuples (never NULL) and unwrapped. Over no row DuckDB gives NULL and ClickHouse, which has no
+    NULL array, the empty list."""
+    value, keys, distinct = _list_parts(node, "ClickHouse")
     wrapped = exp.Anonymous(this="tuple", expressions=[value.copy()])
     collected = (exp.Anonymous(this="groupArrayIf", expressions=[wrapped, condition.copy()])
                  if condition is not None else exp.Anonymous(this="groupArray", expressions=[wrapped]))
@@ -469,11 +484,7 @@ def _ch_array_agg(node: exp.ArrayAgg):
     [DISTINCT] and ordered by the value (compare's `list`)."""
     if isinstance(node.parent, exp.Filter):
         return None
-    inner = node.this
-    value, keys = (inner.this, inner.expressions) if isinstance(inner, exp.Order) else (inner, [])
-    if keys and not isinstance(value, exp.Distinct) and any(k.this != value for k in keys):
-        return _ch_array_agg_by_keys(node, value, keys)
-    return _ch_list(node)
+    return _ch_array_agg_by_keys(node, node.this.this, node.this.expressions) if _ordered_by_other_keys(node) else _ch_list(node)
 
 
 def _ch_group_concat(node: exp.GroupConcat):
@@ -735,14 +746,7 @@ def _spark_quantile_disc(node: exp.PercentileDisc):
 def _spark_list(node: exp.ArrayAgg, condition: exp.Expression | None = None):
     """list([DISTINCT] x [ORDER BY x]) [FILTER (WHERE c)]: collect_list skips NULLs and list() keeps them, so the
     values are collected in a struct (never NULL) and unwrapped; over no row Spark gives [] (DuckDB: NULL)."""
-    inner = node.this
-    value, keys = (inner.this, inner.expressions) if isinstance(inner, exp.Order) else (inner, [])
-    distinct = isinstance(value, exp.Distinct)
-    if distinct:
-        value = value.expressions[0]
-    if any(k.this != value or k.args.get("desc") or k.args.get("nulls_first") for k in keys):
-        raise UnsupportedSQL("On Spark, list(... ORDER BY ...) orders by the listed value, ascending, only",
-                             "Write list(x ORDER BY x)")
+    value, keys, distinct = _list_parts(node, "Spark")
     collected = exp.Anonymous(this="collect_list", expressions=[
         exp.Anonymous(this="named_struct", expressions=[exp.Literal.string("v"), value.copy()])])
     if condition is not None:
@@ -785,11 +789,7 @@ def _spark_array_agg(node: exp.ArrayAgg):
     """array_agg ordered by other keys than the value (a rule's), or list([DISTINCT] x [ORDER BY x]) (compare's)."""
     if isinstance(node.parent, exp.Filter):
         return None
-    inner = node.this
-    value, keys = (inner.this, inner.expressions) if isinstance(inner, exp.Order) else (inner, [])
-    if keys and not isinstance(value, exp.Distinct) and any(k.this != value for k in keys):
-        return _spark_array_agg_by_keys(node)
-    return _spark_list(node)
+    return _spark_array_agg_by_keys(node) if _ordered_by_other_keys(node) else _spark_list(node)
 
 
 # printf: Spark's format_string is Java's Formatter. It prints NULL as 'null' (DuckDB's printf gives NULL), refuses a
