@@ -143,6 +143,24 @@ def import_in_background(*modules: str) -> threading.Thread:
     return thread
 
 
+def engine_options(verb: str):
+    """`--engine URL` and `--table T`: `verb` ("Run", "Compare") where the data is instead of in the store."""
+
+    def decorate(func):
+        func = click.option(
+            "--table", "table", default=None, metavar="TABLE|parquet:DIR",
+            help="With --engine: the canonical requests table (metric_samples beside it), or parquet:DIR (what "
+                 "'servlens export --parquet DIR' wrote).",
+        )(func)
+        return click.option(
+            "--engine", "engine_url", default=None, metavar="URL",
+            help=f"{verb} where the data is: duckdb (default), chdb, clickhouse://HOST:PORT/DB, spark:local[N], "
+                 "spark://HOST:PORT or sc://HOST:PORT; only aggregates come back.",
+        )(func)
+
+    return decorate
+
+
 def prometheus_options(window: bool = True):
     """`--prometheus URL` and `--prometheus-selector`, plus `--prometheus-start/-end` with `window`."""
 

@@ -10,6 +10,7 @@ import click
 from servlens.commands._common import (
     default_out,
     echo_prometheus_notes,
+    engine_options,
     import_in_background,
     output_options,
     pick_format,
@@ -54,12 +55,7 @@ def _split(values: tuple[str, ...]) -> list[str]:
 @click.option("--verbose", "-v", is_flag=True,
               help="Text output: each finding's evidence, examples, what to do and rollback, every check with "
                    "its reason, and the full workload profile (JSON, Markdown and HTML always have them).")
-@click.option("--engine", "engine_url", default=None, metavar="URL",
-              help="Run where the data is: duckdb (default), chdb, clickhouse://HOST:PORT/DB, spark:local[N], "
-                   "spark://HOST:PORT or sc://HOST:PORT.")
-@click.option("--table", "table", default=None, metavar="TABLE|parquet:DIR",
-              help="With --engine: the canonical requests table (metric_samples beside it), or parquet:DIR "
-                   "(what 'servlens export --parquet DIR' wrote).")
+@engine_options("Run")
 @click.option("--templates", "templates_dir", type=click.Path(file_okay=False), default=None,
               help="With --format html: a folder of templates that replace the built-in ones.")
 @prometheus_options()

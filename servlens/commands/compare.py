@@ -11,6 +11,7 @@ import click
 
 from servlens.commands._common import (
     default_out,
+    engine_options,
     output_options,
     pick_format,
     prometheus_options,
@@ -41,12 +42,7 @@ from servlens.errors import ConfigError, InputError
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the points sampled for the covariate chart (results repeat exactly).")
 @click.option("--slo", "slo", multiple=True, metavar="ttft=2s,tpot=100ms",
               help="SLO targets: adds the change in goodput attainment as an advisory gate (MODEL:ttft=... for one model).")
-@click.option("--engine", "engine_url", default=None, metavar="URL",
-              help="Compare where the data is: duckdb (default), chdb, clickhouse://HOST:PORT/DB, spark:local[N], "
-                   "spark://HOST:PORT or sc://HOST:PORT; only aggregates come back.")
-@click.option("--table", "table", default=None, metavar="TABLE|parquet:DIR",
-              help="With --engine: the canonical requests table, or parquet:DIR (what 'servlens export --parquet "
-                   "DIR' wrote).")
+@engine_options("Compare")
 @prometheus_options(window=False)
 @click.pass_context
 def compare(ctx, before, after, db, before_run, after_run, policy_path, by, from_format, templates_dir,
