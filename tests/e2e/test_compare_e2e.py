@@ -4,8 +4,9 @@ runs do not fail the gate (directions and verdicts, never absolute latencies).""
 from __future__ import annotations
 
 import json
+import statistics
 
-from .records import servlens
+from .records import load_records, servlens
 
 
 def _compare(engine_store, tmp_path, before, after):
@@ -18,14 +19,42 @@ def _compare(engine_store, tmp_path, before, after):
     return result.returncode, doc
 
 
-def test_cache_on_makes_ttft_fall(engine_store, tmp_path):
+def _ttft_and_cache_hits(out, run):
+    """The run's client TTFTs (seconds) and, per request, the prompt tokens the engine served from its cache."""
+    ttfts, cached = [], []
+    for rec in load_records(out, run):
+        timings = (rec.get("stream_final_chunk") or rec.get("response") or {}).get("timings") or {}
+        if rec.get("ttft_client_s") is not None:
+            ttfts.append(rec["ttft_client_s"])
+        if timings.get("cache_n") is not None:
+            cached.append(timings["cache_n"])
+    return sorted(ttfts), cached
+
+
+def _quantile(sorted_values, q):
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def test_cache_on_makes_ttft_fall(engine_store, engine_out, tmp_path):
+    """What the gate must say follows from the two runs' own records, not from the scenario's intent: on a busy
+    machine contention can swamp the cache's saving, and then an honest interval reaches past 1."""
+    before, before_cached = _ttft_and_cache_hits(engine_out, "prefix_nocache")
+    after, after_cached = _ttft_and_cache_hits(engine_out, "prefix_cache")
+    # the engine did what the runs set out to do: no prefix from cache before, most requests' prefix from it after
+    assert not any(before_cached), before_cached
+    assert statistics.median(after_cached) > 0, after_cached
+
     code, doc = _compare(engine_store, tmp_path, "prefix_nocache", "prefix_cache")
     ttft_p50 = next(g for g in doc["gates"] if g["metric"] == "ttft" and g["statistic"] == "p50")
     assert ttft_p50.get("ratio") is not None, ttft_p50.get("reason") or doc["reason"]
-    assert ttft_p50["ratio"] < 1
-    assert ttft_p50["ci_high"] < 1  # the fall is significant, not noise
-    assert ttft_p50["verdict"] == "pass"
+    # both runs sent the same plan, so the cohort-matched ratio falls exactly when the raw median does
+    assert (ttft_p50["ratio"] < 1) == (statistics.median(after) < statistics.median(before)), (ttft_p50, before, after)
     assert code != 1 and doc["verdict"] != "fail"
+    assert ttft_p50["verdict"] in ("pass", "inconclusive")
+    if _quantile(after, 0.75) < _quantile(before, 0.25):
+        # the middle halves do not overlap: the data decide, so the fall must be shown significant
+        assert ttft_p50["ci_high"] < 1, (ttft_p50, before, after)
+        assert ttft_p50["verdict"] == "pass"
 
 
 def test_two_identical_steady_runs_do_not_fail(engine_store, tmp_path):
