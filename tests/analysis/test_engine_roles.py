@@ -1,9 +1,9 @@
 """SL004, SL009 and SL010 read every engine's scrape through the metric roles (servlens/store/metric_roles.toml), not
-vLLM's names: SGLang and Triton/TensorRT-LLM from the example scrapes their own docs print (tests/data/formats/metrics,
-scraped six times), TGI and NIM from scrapes written here with the names their sources give (TGI: router and
-backends/v3 `metrics::gauge!` calls at db931fcf; NIM: the Observability page's table). The requests beside them are
-written here too (the rules' request side is tested on real logs elsewhere): what is under test is that each engine's
-names are found, in the right series (Triton tells waiting from running by a label), and judged."""
+vLLM's names: SGLang and Triton/TensorRT-LLM from the example scrapes their own docs print, TGI and NIM from the
+scrapes DataDog's integrations carry as test fixtures (tests/data/formats/metrics/ATTRIBUTION.md), each scraped six
+times. The requests beside them are written here (the rules' request side is tested on real logs elsewhere): what is
+under test is that each engine's names are found, in the right series (Triton tells waiting from running by a label),
+and judged on the values the scrape holds."""
 
 from __future__ import annotations
 
@@ -24,21 +24,8 @@ RULES = ("SL004", "SL009", "SL010")
 N_SCRAPES = 6
 
 
-def _tgi(running: int) -> str:
-    # router/src (db931fcf): tgi_queue_size (backends/v3/src/queue.rs), tgi_batch_current_size (backend.rs:170)
-    return ("# TYPE tgi_queue_size gauge\ntgi_queue_size 4\n"
-            f"# TYPE tgi_batch_current_size gauge\ntgi_batch_current_size {running}\n")
-
-
-def _nim(running: int) -> str:
-    # NIM for LLMs Observability: vLLM's names without the prefix; the cache nearly full and requests waiting
-    return (f"# TYPE num_requests_running gauge\nnum_requests_running {running}\n"
-            "# TYPE num_requests_waiting gauge\nnum_requests_waiting 23\n"
-            "# TYPE gpu_cache_usage_perc gauge\ngpu_cache_usage_perc 0.93\n")
-
-
-def _docs_scrape(file: str, running_series: str):
-    """The engine's docs example scrape; for SL010 with its running series set to another value."""
+def _real_scrape(file: str, running_series: str):
+    """The engine's real scrape; for SL010 with its running series set to another value."""
     text = (SCRAPES / file).read_text()
 
     def scrape(running: int | None) -> str:
@@ -49,12 +36,13 @@ def _docs_scrape(file: str, running_series: str):
 
 
 ENGINES = {
-    "sglang": _docs_scrape("sglang-docs-metrics.prom",
+    "sglang": _real_scrape("sglang-docs-metrics.prom",
                            'sglang:num_running_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct"}'),
-    "triton": _docs_scrape("triton-trtllm-docs-metrics.prom",
+    "triton": _real_scrape("triton-trtllm-docs-metrics.prom",
                            'nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="scheduled",version="1"}'),
-    "tgi": lambda running: _tgi(8 if running is None else running),
-    "nim": lambda running: _nim(16 if running is None else running),
+    "tgi": _real_scrape("tgi-datadog-fixture-metrics.prom", "tgi_batch_current_size"),
+    "nim": _real_scrape("nim-datadog-fixture-metrics.prom",
+                        'num_requests_running{model_name="meta/llama-3.1-8b-instruct"}'),
 }
 
 
@@ -105,13 +93,16 @@ def test_each_engines_scrape_is_judged_by_sl004_sl009_sl010(tmp_path, engine):
         "sglang": ("sglang:token_usage", 0.28, 2826.0, 162.0),
         # the labelled series, not the family's sum (request_type max = 512, active, context ...)
         "triton": ("nv_trt_llm_kv_cache_block_metrics", 0.4875, 1.0, 1.0),
-        "nim": ("gpu_cache_usage_perc", 0.93, 23.0, 16.0),
+        # one request running, none waiting, the cache at 0.000285 (0.0003 as the evidence rounds it)
+        "nim": ("gpu_cache_usage_perc", 0.0003, 0.0, 1.0),
     }[engine]
     assert (metrics["kv_metric"], metrics["kv_usage_max"], metrics["waiting_max"], metrics["running_max"]) == expected
     assert metrics["scrapes"] == N_SCRAPES
     if engine == "nim":
-        # the cache at 93% with 23 requests waiting in every scrape: the cache limits admission
-        assert sl009["state"] == "fired" and metrics["pressure_scrapes_with_waiting"] == N_SCRAPES
+        # an idle server: no pressure and nobody waiting
+        assert sl009["state"] == "clear" and metrics["pressure_scrapes"] == 0
+        assert sl009["summary"] == ("No KV cache pressure: gpu_cache_usage_perc peaked at 0% over 6 scrapes, "
+                                    "no preemption counter; no request waited for capacity.")
     else:
         # requests waited while the cache stayed under 90%: the concurrency cap, not the cache
         assert sl009["state"] == "clear" and "they waited on the concurrency cap" in sl009["summary"]

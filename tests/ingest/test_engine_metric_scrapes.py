@@ -42,3 +42,43 @@ def test_sglang_docs_scrape_role_metrics(con):
     renamed = con.execute("SELECT DISTINCT name FROM metric_samples "
                           "WHERE name_raw = 'sglang:time_per_output_token_seconds_bucket'").fetchall()
     assert renamed == [("sglang:inter_token_latency_seconds",)]
+
+
+def test_tgi_scrape_role_metrics(con):
+    path = SCRAPES / "tgi-datadog-fixture-metrics.prom"
+    assert sniff_metrics(path) == TEXT_FORMAT
+    _ingest(con, path, "tgi-real")
+    values = dict(con.execute(
+        "SELECT name, value FROM metric_samples WHERE type IN ('gauge', 'counter') AND cardinality(labels) = 0"
+    ).fetchall())
+    # an idle router after 111 requests: 109 succeeded, the 2 others failed validation (111 = 109 + 2)
+    assert (values["tgi_queue_size"], values["tgi_batch_current_size"]) == (0.0, 0.0)
+    assert (values["tgi_request_count"], values["tgi_request_success"]) == (111.0, 109.0)
+    failed = con.execute("SELECT labels['err'], value FROM metric_samples WHERE name = 'tgi_request_failure'").fetchall()
+    assert failed == [("validation", 2.0)]
+    # metrics-exporter-prometheus writes counters without _total and histograms in seconds with 35 buckets
+    types = dict(con.execute("SELECT DISTINCT name, type FROM metric_samples").fetchall())
+    assert types["tgi_request_success"] == "counter" and types["tgi_request_queue_duration"] == "histogram"
+    queue = dict(con.execute("SELECT series, value FROM metric_samples WHERE name = 'tgi_request_queue_duration' "
+                             "AND series IN ('sum', 'count')").fetchall())
+    assert queue == {"sum": pytest.approx(295.275961956), "count": 109.0}
+    buckets = con.execute("SELECT count(*), max(value) FILTER (WHERE isinf(le)) FROM metric_samples "
+                          "WHERE name = 'tgi_request_duration' AND series = 'bucket'").fetchone()
+    assert buckets == (36, 109.0)
+
+
+def test_nim_scrape_role_metrics(con):
+    path = SCRAPES / "nim-datadog-fixture-metrics.prom"
+    assert sniff_metrics(path) == TEXT_FORMAT
+    _ingest(con, path, "nim-real")
+    values = dict(con.execute(
+        "SELECT name, value FROM metric_samples WHERE type IN ('gauge', 'counter')").fetchall())
+    # vLLM's V0 names without the vllm: prefix; the KV usage is a 0-1 share despite its name
+    assert (values["num_requests_running"], values["num_requests_waiting"]) == (1.0, 0.0)
+    assert values["gpu_cache_usage_perc"] == pytest.approx(0.0002848191398461977)
+    assert (values["prompt_tokens"], values["generation_tokens"]) == (109.0, 174.0)
+    labels = con.execute("SELECT DISTINCT labels['model_name'] FROM metric_samples").fetchall()
+    assert labels == [("meta/llama-3.1-8b-instruct",)]
+    ttft = dict(con.execute("SELECT series, value FROM metric_samples WHERE name = 'time_to_first_token_seconds' "
+                            "AND series IN ('sum', 'count')").fetchall())
+    assert ttft == {"sum": pytest.approx(0.6119842529296875), "count": 5.0}
