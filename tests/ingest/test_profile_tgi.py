@@ -57,13 +57,14 @@ def test_router_errors_are_failed_requests_of_their_class():
 TEXT_SAMPLE = FORMATS / "tgi" / "tgi-router-text.log"
 
 
-def test_default_text_log_success_lines_of_four_versions():
+def test_default_text_log_success_lines_of_five_versions():
     assert sniffed_name(TEXT_SAMPLE) == "tgi-router-text"
     source, rows, _ = ingest_rows(TEXT_SAMPLE, order="source_line")
-    # 7 real lines: 5 Success events are rows, the two "Connected" lines are not requests (and not bad lines)
-    assert (source["rows"], source["bad_lines"]) == (5, 0)
-    assert [r["source_line"] for r in rows] == [1, 2, 4, 5, 7]
-    otel, _, _, v2, chat = rows
+    # 10 real lines: 6 Success events are rows; the "Connected" and "Invalid hostname" lines are not requests, and a
+    # request's ERROR line (line 9) carries no timing: none of them is a bad line
+    assert (source["rows"], source["bad_lines"]) == (6, 0)
+    assert [r["source_line"] for r in rows] == [1, 2, 4, 5, 7, 10]
+    otel, _, _, v2, chat, v3 = rows
     # TGI 1.0 with OpenTelemetry: parent span carries the trace id; old `max_new_tokens: 20` without Some(...)
     assert otel["trace_id"] == "d6e2778955d17bf523e3dc568754ef3e" and otel["max_tokens"] == 20
     assert otel["e2e_s"] == pytest.approx(0.986532642) and otel["queue_s"] == pytest.approx(188.125e-6)
@@ -75,4 +76,11 @@ def test_default_text_log_success_lines_of_four_versions():
     # OpenAI route: no parameters field, stream unknown (not in the span), never a TTFT
     assert (chat["endpoint"], chat["stream"], chat["max_tokens"], chat["completion_tokens"]) == (
         "/v1/chat/completions", None, None, 20)
+    # TGI 3.x /generate_stream (server.rs:637): 20 tokens of max 20 in 1.194 s, 53.525 µs queued
+    assert (v3["endpoint"], v3["stream"], v3["max_tokens"], v3["completion_tokens"]) == ("/generate_stream", True, 20, 20)
+    assert v3["e2e_s"] == pytest.approx(1.194364886) and v3["queue_s"] == pytest.approx(53.525e-6)
+    assert v3["attrs"]["validation_s"] == pytest.approx(204.821e-6)
+    assert v3["attrs"]["tgi_time_per_token_s"] == pytest.approx(59.705335e-3)
+    assert v3["t_end"] == datetime(2025, 9, 9, 11, 29, 51, 795563)
+    assert v3["t_arrival"] == datetime(2025, 9, 9, 11, 29, 50, 601198)
     assert all(r["ttft_s"] is None and r["prompt_tokens"] is None for r in rows)
