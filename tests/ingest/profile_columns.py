@@ -63,6 +63,7 @@ SAMPLES: dict[str, list[str]] = {
     "portkey-gateway-log-stream": ["tests/data/formats/portkey/portkey-gateway-log-stream.sse"],
     "servlens-loadgen": ["tests/data/shared/real-engine/vllm-cpu/requests.jsonl"],
     "sglang-request-log": ["tests/data/formats/sglang/sglang-request-log.jsonl"],
+    "sglang-request-log-text": ["tests/data/formats/sglang/sglang-issue-25887-server.log"],
     "sglang-request-metrics": ["tests/data/formats/sglang/sglang-request-metrics-20251201_08.log"],
     "tgi-router-json": ["tests/data/formats/tgi/tgi-router.jsonl"],
     "tgi-router-text": ["tests/data/formats/tgi/tgi-router-text.log"],

@@ -16,6 +16,6 @@ def test_every_builtin_profile_has_a_sample_that_sniffs_as_it():
             assert sniffed_name(profile_columns.REPO / path) == name, path
 
 
-@pytest.mark.slow  # ingests all 34 profiles' samples: ~15 s CPU, a minute on a loaded machine
+@pytest.mark.slow  # ingests every built-in profile's samples: ~15 s CPU, a minute on a loaded machine
 def test_docs_table_is_current():
     assert profile_columns.main(["--check"]) == 0, "run: python -m tests.ingest.profile_columns --write"

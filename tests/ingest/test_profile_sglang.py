@@ -1,4 +1,5 @@
-"""SGLang per-request metrics files and JSON request logs (samples built from SGLang's source: see ATTRIBUTION.md)."""
+"""SGLang per-request metrics files and JSON request logs (samples built from SGLang's source), and the default text
+request log (a real SGLang 0.5.10 line): see tests/data/formats/sglang/ATTRIBUTION.md."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from tests.ingest.format_rows import FORMATS, ingest_rows, sniffed_name
 
 METRICS = FORMATS / "sglang" / "sglang-request-metrics-20251201_08.log"
 REQUEST_LOG = FORMATS / "sglang" / "sglang-request-log.jsonl"
+TEXT_LOG = FORMATS / "sglang" / "sglang-issue-25887-server.log"
 
 
 def test_metrics_file_sniffed_with_units():
@@ -43,3 +45,29 @@ def test_request_log_reads_finished_events_only():
     assert first["attrs"]["logged_at_local"] == "2025-12-01T09:20:00.340000"
     assert first["ttft_s"] == pytest.approx(0.0625) and first["finish_reason"] == "stop"
     assert rows[1]["cached_tokens"] == 5 and rows[1]["stream"] is True
+
+
+def test_text_request_log_of_a_real_server():
+    assert sniffed_name(TEXT_LOG) == "sglang-request-log-text"
+    source, rows, _ = ingest_rows(TEXT_LOG)
+    # the Finish line is the row; the scheduler's Decode / Prefill batch lines and the blank lines are not, nor bad
+    assert (source["rows"], source["bad_lines"]) == (1, 0)
+    (row,) = rows
+    assert (row["source_line"], row["request_id"], row["provider"], row["stream"]) == (
+        3, "bf890d9ca8ce4008bef7ef25d97f8fba", "sglang", True)
+    # meta_info's Unix stamps, UTC: the end is the log collector's own time of the line (08:02:44.565Z)
+    assert row["t_arrival"] == datetime(2026, 5, 20, 7, 42, 42, 640887)
+    assert row["t_end"] == datetime(2026, 5, 20, 8, 2, 44, 565102)
+    assert row["e2e_s"] == pytest.approx(1201.9242150001228)
+    # the server's request timeout: an abort with its HTTP status and message
+    assert (row["finish_reason"], row["status"], row["http_status"]) == ("abort", "error", 503)
+    assert row["error_message"] == "Request running timeout reached."
+    assert (row["prompt_tokens"], row["cached_tokens"], row["completion_tokens"], row["reasoning_tokens"]) == (
+        32472, 32320, 23297, 23297)
+    assert (row["max_tokens"], row["queue_s"]) == (32000, 0.0)
+    # no first-token stamp in 0.5.10's meta_info: TTFT unknown, not derived from the first chunk sent
+    assert row["ttft_s"] is None
+    assert row["attrs"]["response_sent_to_client_ts"] == pytest.approx(1779262965.4523866)
+    # inference_time is the raw perf_counter() of the finish here (26520974.38 s beside 1201.92 s e2e): dropped
+    assert row["attrs"]["inference_s"] is None
+    assert row["attrs"]["decode_throughput"] == pytest.approx(19.428522417494694)

@@ -36,6 +36,7 @@ EXPECTED = {
     "llama-server-log": "no record passed the profile's row filter (where): no line gave the capture(s)",
     "vllm-request-log": "no record passed the profile's row filter (where): no line gave the capture(s)",
     "tgi-router-text": "no line of the file matches the profile's [lines] patterns",
+    "sglang-request-log-text": "no line of the file matches the profile's [lines] patterns",
     "portkey-gateway-log-stream": "no line of the file matches the profile's [lines] patterns",
 }
 
