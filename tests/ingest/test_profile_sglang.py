@@ -49,9 +49,17 @@ def test_request_log_reads_finished_events_only():
 
 def test_text_request_log_of_a_real_server():
     assert sniffed_name(TEXT_LOG) == "sglang-request-log-text"
-    source, rows, _ = ingest_rows(TEXT_LOG)
+    source, rows, con = ingest_rows(TEXT_LOG)
     # the Finish line is the row; the scheduler's Decode / Prefill batch lines and the blank lines are not, nor bad
     assert (source["rows"], source["bad_lines"]) == (1, 0)
+    # the batch lines are gauge samples: rank TP0's Decode line (4 running, 6 queued, 0.90 of the KV pool) and its
+    # Prefill line (3, 5, 0.97); the same Prefill batch printed by the seven other context-parallel ranks is not
+    # counted again
+    samples = con.execute("SELECT ts, name, value FROM metric_samples ORDER BY name, value").fetchall()
+    at = datetime(2026, 5, 20, 8, 2, 44)
+    assert samples == [(at, "sglang:num_queue_reqs", 5.0), (at, "sglang:num_queue_reqs", 6.0),
+                       (at, "sglang:num_running_reqs", 3.0), (at, "sglang:num_running_reqs", 4.0),
+                       (at, "sglang:token_usage", 0.9), (at, "sglang:token_usage", 0.97)]
     (row,) = rows
     assert (row["source_line"], row["request_id"], row["provider"], row["stream"]) == (
         3, "bf890d9ca8ce4008bef7ef25d97f8fba", "sglang", True)
