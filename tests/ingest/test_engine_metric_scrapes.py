@@ -12,7 +12,10 @@ from servlens.ingest.sources import decide_source
 SCRAPES = Path(__file__).resolve().parents[1] / "data" / "formats" / "metrics"
 
 
-def _ingest(con, path: Path, run: str):
+def _ingest(con, name: str, run: str):
+    """One real scrape from SCRAPES, sniffed as the text exposition format and ingested as run `run`."""
+    path = SCRAPES / name
+    assert sniff_metrics(path) == TEXT_FORMAT
     decision = decide_source(con, run, "metrics", path.resolve())
     con.execute("BEGIN")
     ingest_metrics_file(con, path.resolve(), run=run, decision=decision)
@@ -20,9 +23,7 @@ def _ingest(con, path: Path, run: str):
 
 
 def test_sglang_docs_scrape_role_metrics(con):
-    path = SCRAPES / "sglang-docs-metrics.prom"
-    assert sniff_metrics(path) == TEXT_FORMAT
-    _ingest(con, path, "sglang-docs")
+    _ingest(con, "sglang-docs-metrics.prom", "sglang-docs")
     values = dict(con.execute(
         "SELECT name, value FROM metric_samples WHERE type IN ('gauge', 'counter')").fetchall())
     # the roles: waiting, running, KV usage (a 0-1 fraction), prefix-cache hit rate (a gauge, not counters)
@@ -45,9 +46,7 @@ def test_sglang_docs_scrape_role_metrics(con):
 
 
 def test_tgi_scrape_role_metrics(con):
-    path = SCRAPES / "tgi-datadog-fixture-metrics.prom"
-    assert sniff_metrics(path) == TEXT_FORMAT
-    _ingest(con, path, "tgi-real")
+    _ingest(con, "tgi-datadog-fixture-metrics.prom", "tgi-real")
     values = dict(con.execute(
         "SELECT name, value FROM metric_samples WHERE type IN ('gauge', 'counter') AND cardinality(labels) = 0"
     ).fetchall())
@@ -68,9 +67,7 @@ def test_tgi_scrape_role_metrics(con):
 
 
 def test_nim_scrape_role_metrics(con):
-    path = SCRAPES / "nim-datadog-fixture-metrics.prom"
-    assert sniff_metrics(path) == TEXT_FORMAT
-    _ingest(con, path, "nim-real")
+    _ingest(con, "nim-datadog-fixture-metrics.prom", "nim-real")
     values = dict(con.execute(
         "SELECT name, value FROM metric_samples WHERE type IN ('gauge', 'counter')").fetchall())
     # vLLM's V0 names without the vllm: prefix; the KV usage is a 0-1 share despite its name
