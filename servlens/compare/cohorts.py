@@ -16,8 +16,7 @@ from servlens.analysis.failures import failed
 from servlens.analysis.vocabulary import band_label as length_band_label
 from servlens.analysis.vocabulary import length_band, status_known, timeout
 from servlens.compare.policy import LATENCY_METRICS
-from servlens.compare.stats import (MAX_BATCHES, MIN_BATCHES, REQUESTS_PER_BATCH, Side, bin_sql,
-                                    within_slopes)
+from servlens.compare.stats import MAX_BATCHES, MIN_BATCHES, REQUESTS_PER_BATCH, Side, bin_sql, run_slopes
 
 UNKNOWN_BAND = -99   # a NULL token count: its own band, labelled "unknown"
 NO_MODEL = "(no model)"
@@ -103,16 +102,16 @@ class RateCounts:
 
 @dataclass
 class CovariateFit:
-    """Per model: slopes of log latency on log token counts, pooled within both runs."""
+    """Per model: each run's own slopes of log latency on log token counts."""
 
     covariates: tuple[str, ...]              # canonical columns (prompt_tokens, completion_tokens)
-    models: dict                              # model -> {"beta", "r2", "centre" (before run's mean log x), "n"}
+    models: dict       # model -> {"beta" {side: (k,)}, "r2", "centre" (before run's mean log x), "n" [before, after]}
     known_share: tuple[float, float]          # share of each side's rows with every covariate known
 
     @property
     def usable(self) -> bool:
         return min(self.known_share) >= COVARIATE_MIN_SHARE and any(
-            np.any(m["beta"] != 0) for m in self.models.values())
+            np.any(b != 0) for m in self.models.values() for b in m["beta"].values())
 
 
 COVARIATE_MIN_SHARE = 0.9   # the adjusted headline needs the covariates on at least 90% of each run's rows
@@ -278,7 +277,7 @@ def _latency_where(column: str) -> str:
 
 
 def fit_covariates(con, before: str, after: str, metric: str, covariates: tuple[str, ...]) -> CovariateFit:
-    """Regress log latency on log covariates per model, each run with its own intercept (one DuckDB pass)."""
+    """Regress log latency on log covariates per model and run (one DuckDB pass; stats.run_slopes says why per run)."""
     column = LATENCY_METRICS[metric][0]
     known = " AND ".join(f"{c} IS NOT NULL AND {c} > 0" for c in covariates)
     xs = [f"ln({c})" for c in covariates]
@@ -307,7 +306,7 @@ def fit_covariates(con, before: str, after: str, metric: str, covariates: tuple[
         per_model.setdefault(model, {})[side] = {"n": n_known, "x": x, "y": y, "xx": xx, "xy": xy, "yy": yy}
     models = {}
     for model, by_side in per_model.items():
-        beta, r2 = within_slopes(by_side)
+        beta, r2 = run_slopes(by_side)
         ref = by_side.get(0) or by_side.get(1)
         centre = ref["x"] / ref["n"] if ref["n"] else np.zeros(k)
         models[model] = {"beta": beta, "r2": r2, "centre": centre,
@@ -321,8 +320,9 @@ def latency_histograms(con: duckdb.DuckDBPyConnection, before: str, after: str, 
                        clock: Clock = UNPAIRED) -> Histograms:
     """Per side × time batch × cohort × bin counts of a latency metric (successful requests, value known and finite).
 
-    With `fit`, the value binned is the covariate-adjusted latency exp(ln y − β·(ln x − x̄)), x̄ the before run's
-    mean log covariate of the model: the latency each request would have had at the before run's typical lengths.
+    With `fit`, the value binned is the covariate-adjusted latency exp(ln y − β·(ln x − x̄)), β the request's run's
+    own slopes and x̄ the before run's mean log covariate of the model: the latency each request would have had at
+    the before run's typical lengths.
     Only rows with every covariate known enter then. `clock` says how the time batches are cut (_batch_case).
     """
     column = LATENCY_METRICS[metric][0]
@@ -331,16 +331,19 @@ def latency_histograms(con: duckdb.DuckDBPyConnection, before: str, after: str, 
     params = {"before": before, "after": after}
     value, join, where = column, "", _latency_where(column)
     if fit is not None:
-        rows = [(m, *[float(b) for b in f["beta"]], *[float(c) for c in f["centre"]]) for m, f in fit.models.items()]
+        rows = [(m, side, *[float(b) for b in beta], *[float(c) for c in f["centre"]])
+                for m, f in fit.models.items() for side, beta in f["beta"].items()]
         k = len(fit.covariates)
         names = [f"b{j}" for j in range(k)] + [f"c{j}" for j in range(k)]
-        frame = {"m": np.array([r[0] for r in rows], dtype=object)}
+        frame = {"m": np.array([r[0] for r in rows], dtype=object),
+                 "side": np.array([r[1] for r in rows], dtype=np.int64)}
         for j, name in enumerate(names):
-            frame[name] = np.array([r[1 + j] for r in rows], dtype=np.float64)
+            frame[name] = np.array([r[2 + j] for r in rows], dtype=np.float64)
         con.register("_servlens_cmp_fit", frame)
         shift = " + ".join(f"f.b{j} * (ln({c}) - f.c{j})" for j, c in enumerate(fit.covariates))
         value = f"exp(ln({column}) - ({shift}))"
-        join = f"JOIN _servlens_cmp_fit f ON f.m = coalesce(requests.model, '{NO_MODEL}')"
+        join = (f"JOIN _servlens_cmp_fit f ON f.m = coalesce(requests.model, '{NO_MODEL}') "
+                f"AND f.side = CASE WHEN run = $before THEN 0 ELSE 1 END")
         where += f" AND {column} > 0 AND " + " AND ".join(f"{c} IS NOT NULL AND {c} > 0" for c in fit.covariates)
     batch = _batch_case(con, before, after, where, params, join, clock)
     agg = f"""

@@ -138,8 +138,8 @@ def _run_info(con, before: str, after: str) -> dict:
 def _method_text(policy: Policy) -> dict:
     return {
         "latency": ("ratio after/before of a quantile. Headline: covariate-adjusted — log latency regressed on log "
-                    "prompt tokens (and log output tokens for e2e and decode) per model over both runs, each run "
-                    "with its own intercept, and the quantiles of the adjusted latencies compared — when the token "
+                    "prompt tokens (and log output tokens for e2e and decode) per model and run, each run with its "
+                    "own intercept and slopes, and the quantiles of the adjusted latencies compared — when the token "
                     "counts are known for at least 90% of each run's requests; else mix-adjusted (the after run's "
                     "cohorts re-weighted to the before run's mix). Both are re-weighted to the before run's cohort "
                     "mix; the mix-adjusted and naive ratios are reported beside the headline"),
@@ -324,7 +324,9 @@ def _adjustment_info(fit: co.CovariateFit, used: bool) -> dict:
     return {"headline": "covariate-adjusted" if used else "mix-adjusted",
             "covariates": [f"log {c.replace('_', ' ')}" for c in fit.covariates],
             "known_share": {"before": _r(fit.known_share[0]), "after": _r(fit.known_share[1])},
-            "models": [{"model": m, "slopes": [_r(b) for b in f["beta"]], "r2": _r(f["r2"]),
+            "models": [{"model": m, "slopes": {side: [_r(b) for b in f["beta"][s]] for s, side in
+                                                 ((0, "before"), (1, "after")) if s in f["beta"]},
+                        "r2": _r(f["r2"]),
                         "n_before": int(f["n"][0]), "n_after": int(f["n"][1])} for m, f in fit.models.items()],
             "reason": None if used else (
                 "token counts are known for under 90% of a run's requests" if min(fit.known_share) < 0.9
@@ -398,12 +400,13 @@ def _naive(raw: co.Histograms, q) -> dict:
 
 
 def _residual_chart(con, before, after, metric, fit: co.CovariateFit, seed) -> dict:
-    """The residual check: log latency against log prompt tokens, both runs, with each model's fitted slope."""
+    """The residual check: log latency against log prompt tokens, both runs, with each model's fitted slopes."""
     human = LATENCY_METRICS[metric][1]
     points = co.scatter_sample(con, before, after, metric, fit.covariates[0], SCATTER_POINTS, seed)
     series = [{"name": side, "x": [_r(x) for x in points[s][0]], "y": [_r(y) for y in points[s][1]]}
               for s, side in ((0, "before"), (1, "after"))]
-    slopes = ", ".join(f"{m}: slope {f['beta'][0]:.2f}, R² {f['r2']:.2f}" for m, f in list(fit.models.items())[:4])
+    slopes = ", ".join(f"{m}: slope {' → '.join(f'{b[0]:.2f}' for _, b in sorted(f['beta'].items()))}, "
+                       f"R² {f['r2']:.2f}" for m, f in list(fit.models.items())[:4])
     return {"type": "scatter", "title": f"{human}: log latency against log prompt tokens ({slopes})",
             "x_label": "ln(prompt tokens)", "y_label": f"ln({human} in s)", "x_time": False, "x_log": False,
             "y_log": False, "series": series, "hlines": [], "vspans": []}

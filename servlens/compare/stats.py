@@ -417,29 +417,37 @@ def holm_levels(p_values: list[float], alpha: float) -> tuple[list[float], list[
 # ------------------------------------------------------------------------------------------------- regression
 
 
-def within_slopes(sums: dict) -> tuple[np.ndarray, float]:
-    """Slopes of y on covariates pooled within both runs (each run its own intercept), and the within R².
+def _centred(s: dict) -> tuple[np.ndarray, np.ndarray, float]:
+    """One run's centred cross-products (Sxx, Sxy, Syy) from its sums."""
+    mx, my = s["x"] / s["n"], s["y"] / s["n"]
+    return s["xx"] - s["n"] * np.outer(mx, mx), s["xy"] - s["n"] * mx * my, float(s["yy"] - s["n"] * my * my)
+
+
+def run_slopes(sums: dict) -> tuple[dict, float]:
+    """Each run's own slopes of y on the covariates, and the within R² of those fits (both runs together).
 
     sums: per run, {"n", "x" (k,), "y", "xx" (k,k), "xy" (k,), "yy"}: the sufficient statistics DuckDB computes.
-    A covariate with (almost) no spread gets slope 0: it cannot explain anything.
+    Each run gets its own slopes because the change under test can change how latency grows with length (a prefix
+    cache makes TTFT follow the uncached part of the prompt only): one slope pooled over both runs then adds the
+    slope difference times the covariate's spread to each run's values, where a run's own least-squares slope only
+    ever takes variance out. A covariate with (almost) no spread in a run gets slope 0 there: it explains nothing.
     """
     k = len(next(iter(sums.values()))["x"])
-    sxx, sxy, syy = np.zeros((k, k)), np.zeros(k), 0.0
-    for s in sums.values():
-        if s["n"] < 1:
+    slopes, explained, total = {}, 0.0, 0.0
+    for side, s in sums.items():
+        beta = np.zeros(k)
+        slopes[side] = beta
+        if s["n"] < k + 2:     # fewer rows than a slope and a residual need
             continue
-        mx, my = s["x"] / s["n"], s["y"] / s["n"]
-        sxx += s["xx"] - s["n"] * np.outer(mx, mx)
-        sxy += s["xy"] - s["n"] * mx * my
-        syy += s["yy"] - s["n"] * my * my
-    usable = np.diag(sxx) > 1e-6 * max(1.0, sum(s["n"] for s in sums.values()))
-    beta = np.zeros(k)
-    if usable.any():
-        sub = sxx[np.ix_(usable, usable)]
+        sxx, sxy, syy = _centred(s)
+        total += max(syy, 0.0)
+        usable = np.diag(sxx) > 1e-6 * max(1.0, s["n"])
+        if not usable.any():
+            continue
         try:
-            beta[usable] = np.linalg.solve(sub, sxy[usable])
+            beta[usable] = np.linalg.solve(sxx[np.ix_(usable, usable)], sxy[usable])
         except np.linalg.LinAlgError:
             beta[:] = 0.0
-    explained = float(beta @ sxy)
-    r2 = explained / syy if syy > 0 else 0.0
-    return beta, max(0.0, min(1.0, r2))
+        explained += float(beta @ sxy)
+    r2 = explained / total if total > 0 else 0.0
+    return slopes, max(0.0, min(1.0, r2))

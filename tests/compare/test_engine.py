@@ -385,7 +385,8 @@ def test_the_headline_is_covariate_adjusted_with_mix_adjusted_and_naive_beside(c
     adj = p99["adjustment"]
     assert adj["headline"] == "covariate-adjusted" and adj["covariates"] == ["log prompt tokens"]
     (model,) = adj["models"]
-    assert model["slopes"][0] == pytest.approx(0.63, abs=0.05) and model["r2"] > 0.4
+    assert model["slopes"]["before"][0] == pytest.approx(0.63, abs=0.05) and model["r2"] > 0.4
+    assert model["slopes"]["after"][0] == pytest.approx(0.63, abs=0.05)
     assert p99["mix_adjusted"]["ratio"] > 1.1 and p99["naive"]["ratio"] > 1.1
     assert p99["distribution_test"]["name"] == "Anderson–Darling k-sample"
     chart = p99["residual_chart"]

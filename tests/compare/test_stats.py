@@ -129,23 +129,40 @@ def test_supported_quantile_keeps_ten_requests_beyond_it():
     assert stats.supported_quantile(0.99, 19) is None
 
 
-def test_within_slopes_recover_the_regression_and_ignore_run_levels():
-    """Two runs with different intercepts (the effect) and a common slope: the within-run fit finds the slope."""
+def _sums(x, y):
+    return {"n": len(x), "x": np.array([x.sum()]), "y": y.sum(), "xx": np.array([[x @ x]]), "xy": np.array([x @ y]),
+            "yy": y @ y}
+
+
+def test_run_slopes_recover_each_runs_regression_and_ignore_run_levels():
+    """Two runs with different intercepts (the effect) and a common slope: each run's fit finds the slope."""
     rng = np.random.default_rng(2)
     sums = {}
     for side, level in ((0, 0.0), (1, 0.5)):
         x = rng.normal(6, 0.8, 5000)
-        y = level + 0.7 * x + rng.normal(0, 0.3, 5000)
-        sums[side] = {"n": 5000, "x": np.array([x.sum()]), "y": y.sum(), "xx": np.array([[x @ x]]),
-                      "xy": np.array([x @ y]), "yy": y @ y}
-    beta, r2 = stats.within_slopes(sums)
-    assert beta[0] == pytest.approx(0.7, abs=0.02)
+        sums[side] = _sums(x, level + 0.7 * x + rng.normal(0, 0.3, 5000))
+    slopes, r2 = stats.run_slopes(sums)
+    assert slopes[0][0] == pytest.approx(0.7, abs=0.02) and slopes[1][0] == pytest.approx(0.7, abs=0.02)
     assert r2 == pytest.approx(0.7**2 * 0.64 / (0.7**2 * 0.64 + 0.09), abs=0.03)
     # no spread in the covariate: nothing to adjust for
     flat = {s: dict(v, xx=np.array([[v["x"][0] ** 2 / v["n"]]]), xy=np.array([v["x"][0] * v["y"] / v["n"]]))
             for s, v in sums.items()}
-    beta, _ = stats.within_slopes(flat)
-    assert beta[0] == 0.0
+    slopes, _ = stats.run_slopes(flat)
+    assert slopes[0][0] == slopes[1][0] == 0.0
+
+
+def test_run_slopes_keep_a_slope_the_change_itself_altered():
+    """The prefix cache case, recorded on llama.cpp: before, TTFT does not follow the prompt (noise only); after, it
+    follows the uncached suffix, a steep slope in log total tokens. Each run keeps its own slope, and adjusting a
+    run by its own slope never widens its spread of log latency."""
+    rng = np.random.default_rng(3)
+    x_b, x_a = rng.normal(6.4, 0.04, 40), rng.normal(6.4, 0.04, 40)
+    y_b = -2.2 + rng.normal(0, 0.1, 40)
+    y_a = -4.0 + 9.0 * (x_a - 6.4) + rng.normal(0, 0.1, 40)
+    slopes, _ = stats.run_slopes({0: _sums(x_b, y_b), 1: _sums(x_a, y_a)})
+    assert abs(slopes[0][0]) < 1.5 and slopes[1][0] == pytest.approx(9.0, abs=1.5)
+    for x, y, b in ((x_b, y_b, slopes[0][0]), (x_a, y_a, slopes[1][0])):
+        assert np.std(y - b * (x - x_b.mean())) <= np.std(y)
 
 
 def test_anderson_darling_sees_a_tail_only_change():
