@@ -192,6 +192,28 @@ def run_power(n: int, factor: float, trials: int, seed: int, policy: Policy | No
     return {"scenario": f"power ×{factor:g}", "n_per_side": n, **_tally(docs)}
 
 
+def _small_rows(rng, n, factor, phi, cold):
+    """A run of a few dozen requests on a busy machine: AR(1) load drift on log latency (φ, σ 0.6) and its first
+    `cold` requests six times slower (an engine's cold cache), all scaled by `factor`."""
+    pb, ob = prompt_tokens(rng, n)
+    rows = _rows(rng, pb, ob, ttft_scale=factor, phi=phi)
+    rows["ttft_s"][:cold] *= 6.0
+    rows["e2e_s"][:cold] += rows["ttft_s"][:cold] * 5 / 6
+    return rows
+
+
+def run_small(n: int, factor: float, trials: int, seed: int, phi: float = 0.9, cold: int = 2,
+              policy: Policy | None = None) -> dict:
+    """Before/after runs of n requests each, both drifting and both starting cold; the after run's latencies ×factor
+    (1: an A/A pair). Gated on TTFT p50, the gate such a small pair can judge."""
+    policy = policy or load_policy()
+    rng = np.random.default_rng([seed, n, int(factor * 1000), int(phi * 100), cold, 6])
+    docs = [_trial(_small_rows(rng, n, 1.0, phi, cold), _small_rows(rng, n, factor, phi, cold), policy, seed + t)
+            for t in range(trials)]
+    return {"scenario": f"{n} a side, AR(1) φ {phi:g}, {cold} cold, ×{factor:g}", "n_per_side": n,
+            **_tally(docs, "ttft_p50")}
+
+
 DAY_S = 86400
 
 

@@ -145,7 +145,9 @@ def _method_text(policy: Policy) -> dict:
                     "mix; the mix-adjusted and naive ratios are reported beside the headline"),
         "intervals": (f"batch means: each run is cut into {stats.MIN_BATCHES}–{stats.MAX_BATCHES} consecutive "
                       "time-ordered batches; the variance of the mixture CDF at the quantile (latencies, Woodruff's "
-                      "interval, combined over the two runs by square-and-add on the log scale) and of the "
+                      "interval, combined over the two runs by square-and-add on the log scale; where a run's "
+                      "interval would reach its most extreme request, intersected with a scale-shift test's "
+                      "interval, each at half the level) and of the "
                       "standardised rate (rates, Newcombe's hybrid score interval at the effective size) is the "
                       "spread of the batch sums, never below the independent-requests variance, with Student t on "
                       "B − 1 degrees of freedom; robust to serial correlation (bursts, warm-up). Latencies, when both "
@@ -363,13 +365,16 @@ def _judge_latency(r, sb: stats.Side, sa: stats.Side, w, values, gate: Gate, pol
     else:
         qb, qa = stats.quantile_side(sb, w, q), stats.quantile_side(sa, w, q)
         r["batch_means"] = {"paired": False, "batches": {"before": sb.batches, "after": sa.batches}}
-    logs = np.log(np.maximum(values, 1e-9))
     r["before"], r["after"] = _r(values[qb.estimate]), _r(values[qa.estimate])
     r["ratio"] = _r(_ratio(values[qa.estimate], values[qb.estimate]))
-    r["_quantile"] = (qb, qa, logs)
+    ratio = stats.QuantileRatio.build(
+        qb, qa, np.log(np.maximum(values, 1e-9)),
+        lambda: stats.scale_shift(sb, sa, w, values, q, (qb.estimate, qa.estimate), min(qb.df, qa.df), paired),
+        (1 - policy.confidence) / max(len(policy.gates), 1))
+    r["_quantile"] = ratio
 
     def excludes(alpha):
-        _, lo, hi = stats.log_ratio_interval(qb, qa, logs, alpha)
+        _, lo, hi = ratio.interval(alpha)
         return lo > 0 or hi < 0
     r["p_value"] = stats.inverted_p_value(excludes)
     r["_min_change"] = gate.min_change if gate.min_change is not None else policy.min_change_ms / 1000
@@ -606,7 +611,7 @@ def _rate_gate(con, before, after, gate: Gate, keys, policy: Policy, cache, doc)
 def _bounds(r: dict, alpha: float) -> tuple[float, float, float]:
     """(change, low, high) of the gate's interval at level alpha, on the reported scale (ratio − 1 or pp)."""
     if r["kind"] == "latency":
-        est, lo, hi = stats.log_ratio_interval(*r["_quantile"], alpha)
+        est, lo, hi = r["_quantile"].interval(alpha)
         return math.exp(est) - 1, math.exp(lo) - 1, math.exp(hi) - 1
     rb, ra = r["_rates"]
     lo, hi = stats.newcombe_interval(rb, ra, alpha)
@@ -656,9 +661,8 @@ def _detectable(r: dict, level: float) -> None:
     """Minimum detectable effect at this size (80% power at the gate's Holm level), and the requests per side that
     would detect the tolerance, from the observed interval width (width ∝ 1/√n)."""
     if r["kind"] == "latency":
-        qb, qa, logs = r["_quantile"]
-        _, lo, hi = stats.log_ratio_interval(qb, qa, logs, level)
-        t = stats.critical(level, min(qb.df, qa.df))
+        _, lo, hi = r["_quantile"].interval(level)
+        t = stats.critical(level, r["_quantile"].df)
         se = max((hi - lo - 2 * stats.LOG_BIN) / (2 * t), 1e-12)
         mde_scale = (t + stats.POWER_Z) * se
         r["detectable_change"] = _r(math.exp(mde_scale) - 1)

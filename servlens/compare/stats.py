@@ -234,6 +234,167 @@ def log_ratio_interval(before: QuantileSide, after: QuantileSide, logs: np.ndarr
     return est, low, high
 
 
+
+@dataclass
+class QuantileRatio:
+    """The interval a latency gate reports for log(Q_after / Q_before).
+
+    The runs' own Woodruff intervals, combined on the log scale (log_ratio_interval), are the method — unless, at
+    the smallest level Holm can give the gate (`reference_alpha`), one of them reaches its run's most extreme
+    request: t·se then passes the distance from q to the CDF's end (a few dozen requests in ten batches, a
+    cold-start request, a load spike), and the interval reads that one request, so a ×8 fall could read "anything
+    from ×0.05 to ×2.6". Such a gate intersects it with the scale-shift test's interval (ScaleShift), each at half
+    the level (Bonferroni: the intersection covers at the full level). The scale-shift test compares the runs only
+    where they overlap; at a tail quantile its statistic cannot exceed 2·(1 − q), which is why it does not replace
+    Woodruff. The choice depends on each run's own spread, not on the difference between them, and is made once
+    per gate, so the interval still narrows as the level grows and the inverted p-value stays one method with it.
+    """
+
+    before: QuantileSide
+    after: QuantileSide
+    logs: np.ndarray
+    shift: "ScaleShift | None"     # only for a combined gate (its cost grows with batches × cohorts × bins)
+
+    @property
+    def combined(self) -> bool:
+        return self.shift is not None
+
+    @classmethod
+    def build(cls, before: QuantileSide, after: QuantileSide, logs: np.ndarray, make_shift,
+              reference_alpha: float) -> "QuantileRatio":
+        def at_an_end(side: QuantileSide) -> bool:
+            lo, hi = side.interval(reference_alpha)
+            mass = np.flatnonzero(np.diff(np.r_[0.0, side.cdf]) > 0)
+            return lo <= mass[0] or hi >= mass[-1]
+        return cls(before, after, logs, make_shift() if at_an_end(before) or at_an_end(after) else None)
+
+    @property
+    def df(self) -> int:
+        return min(self.before.df, self.after.df, self.shift.df) if self.combined else min(self.before.df,
+                                                                                                self.after.df)
+
+    def interval(self, alpha: float) -> tuple[float, float, float]:
+        if not self.combined:
+            return log_ratio_interval(self.before, self.after, self.logs, alpha)
+        est, lo_w, hi_w = log_ratio_interval(self.before, self.after, self.logs, alpha / 2)
+        _, lo_s, hi_s = self.shift.interval(alpha / 2)
+        return est, max(lo_w, lo_s), min(hi_w, hi_s)
+
+
+@dataclass
+class ScaleShift:
+    """The interval of log(Q_after / Q_before) by inverting a two-sample test over scale shifts of the after run.
+
+    For each shift k (in bins, a ratio of e^(k·LOG_BIN)), the after run is divided by that ratio and the two mixture
+    CDFs are compared at their pooled q-quantile x*: D(k) = F̂_a(x*·r) − F̂_b(x*), whose variance is each run's
+    batch-means variance of its CDF at that point (paired: less twice their covariance), never below the
+    independent-requests variance at q. The interval is the run of shifts around the estimate that the test does
+    not reject at t(df) — a generalised median test, inverted the way Hodges–Lehmann invert a rank test.
+
+    Why not each run's own quantile interval combined: with a few dozen requests, ten batches and a Holm level,
+    t·se at the quantile exceeds the distance to the CDF's end, and each run's interval then reaches its most
+    extreme request (a cold-start request, a load spike), so a ×8 fall read "anything from ×0.05 to ×2.6". The
+    two-sample test asks only where the runs overlap: where one run has no requests, its CDF is exactly 0 or 1 and
+    contributes no variance.
+    """
+
+    shifts: np.ndarray        # (K,) candidate shifts in bins, ascending
+    z: np.ndarray             # (K,) |D(k)| / se(k)
+    estimate: int             # index of the point estimate's shift (the ratio of the two mixture quantiles)
+    df: int
+
+    def interval(self, alpha: float) -> tuple[float, float, float]:
+        """(estimate, low, high) of the log ratio at level alpha, widened by the binning bound so it holds for the
+        exact, unbinned quantiles."""
+        t = critical(alpha, self.df)
+        rejected = self.z > t
+        rejected[self.estimate] = False
+        below = np.flatnonzero(rejected[: self.estimate])
+        above = np.flatnonzero(rejected[self.estimate + 1:])
+        lo = int(below[-1]) + 1 if below.size else 0
+        hi = self.estimate + int(above[0]) if above.size else len(self.shifts) - 1
+        est = float(self.shifts[self.estimate]) * LOG_BIN
+        return est, float(self.shifts[lo]) * LOG_BIN - LOG_BIN, float(self.shifts[hi]) * LOG_BIN + LOG_BIN
+
+
+def _dense_cdf_terms(side: Side, weights: np.ndarray, pos: np.ndarray, length: int,
+                     batches: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """A run's mixture CDF on the dense bin grid, the per-batch sums of its linearisation at every grid point
+    (batches × grid), and its independent-requests variance factor Σ_c w_c² / n_c (cohort weights renormalised over
+    the cohorts this run has)."""
+    n_c = side.counts.sum(axis=1).astype(np.float64)
+    live = n_c > 0
+    w = np.where(live, weights, 0.0)
+    w = w / w.sum() if w.sum() > 0 else w
+    dense = np.zeros((side.counts.shape[0], length))
+    dense[:, pos] = side.counts
+    f_c = np.divide(np.cumsum(dense, axis=1), n_c[:, None], out=np.zeros_like(dense), where=live[:, None])
+    cdf = w @ f_c
+    a = np.divide(w, n_c, out=np.zeros_like(n_c), where=live)
+    below = np.zeros((batches, length))
+    np.add.at(below, (side.batch, pos[side.column]), a[side.cohort] * side.n)
+    in_batch = np.zeros((batches, side.counts.shape[0]))
+    np.add.at(in_batch, (side.batch, side.cohort), side.n)
+    sums = np.cumsum(below, axis=1) - (in_batch * a) @ f_c
+    return cdf, sums, float((w[live] ** 2 / n_c[live]).sum())
+
+
+def scale_shift(before: Side, after: Side, weights: np.ndarray, values: np.ndarray, q: float,
+                estimates: tuple[int, int], df: int, paired: bool = False) -> ScaleShift:
+    """The scale-shift test of ScaleShift for every shift between full separation either way.
+
+    values: the bin values of the sides' columns; estimates: the two runs' quantile columns (before, after).
+    """
+    positive = values > 0
+    ids = np.where(positive, np.rint(np.log(np.where(positive, values, 1.0)) / LOG_BIN - 0.5), 0).astype(np.int64)
+    if positive.any() and not positive.all():     # latencies of exactly 0: one bin below the smallest
+        ids[~positive] = ids[positive].min() - 1
+    origin = int(ids.min())
+    pos = ids - origin
+    length = int(pos.max()) + 1
+    k_windows = max(before.batches, after.batches, 1)
+    cdf_b, sums_b, iid_b = _dense_cdf_terms(before, weights, pos, length, k_windows)
+    cdf_a, sums_a, iid_a = _dense_cdf_terms(after, weights, pos, length, k_windows)
+    scale_b = before.batches / (before.batches - 1) if before.batches > 1 else 0.0
+    scale_a = after.batches / (after.batches - 1) if after.batches > 1 else 0.0
+    scale_p = k_windows / (k_windows - 1) if k_windows > 1 else 0.0
+    bm_b, bm_a = scale_b * (sums_b**2).sum(axis=0), scale_a * (sums_a**2).sum(axis=0)
+    floor = q * (1 - q) * (iid_b + iid_a)
+
+    def occupied(cdf):
+        mass = np.diff(np.r_[0.0, cdf]) > 0
+        return int(np.argmax(mass)), int(length - 1 - np.argmax(mass[::-1]))
+    (b_lo, b_hi), (a_lo, a_hi) = occupied(cdf_b), occupied(cdf_a)
+    shifts = np.arange(a_lo - b_hi - 1, a_hi - b_lo + 2)
+
+    def at(cdf, x):
+        """A CDF on the grid, extended: 0 left of it, 1 right of it."""
+        inside = np.clip(x, 0, length - 1)
+        return np.where(x < 0, 0.0, np.where(x >= length, 1.0, cdf[inside]))
+
+    # x*(k): the smallest grid point where the pooled CDF reaches q (bisection, all shifts at once)
+    lo = np.full(shifts.shape, min(0, -int(shifts.max())) - 1)
+    hi = np.full(shifts.shape, length + max(0, -int(shifts.min())) + 1)
+    while np.any(lo < hi):
+        mid = (lo + hi) // 2
+        reached = (at(cdf_a, mid + shifts) + at(cdf_b, mid)) / 2 >= q - 1e-12
+        hi, lo = np.where(reached, mid, hi), np.where(reached, lo, mid + 1)
+    xb, xa = lo, lo + shifts
+    d = at(cdf_a, xa) - at(cdf_b, xb)
+    inside_b, inside_a = (xb >= 0) & (xb < length), (xa >= 0) & (xa < length)
+    cb, ca = np.clip(xb, 0, length - 1), np.clip(xa, 0, length - 1)
+    v_b = np.where(inside_b, bm_b[cb], 0.0)
+    v_a = np.where(inside_a, bm_a[ca], 0.0)
+    if paired:
+        shared = scale_p * np.where(inside_b & inside_a, (sums_b[:, cb] * sums_a[:, ca]).sum(axis=0), 0.0)
+        var = np.maximum(v_b + v_a - 2 * shared, floor)
+    else:
+        var = np.maximum(v_b, q * (1 - q) * iid_b) + np.maximum(v_a, q * (1 - q) * iid_a)
+    z = np.abs(d) / np.sqrt(np.maximum(var, 1e-300))
+    k_hat = int(pos[estimates[1]] - pos[estimates[0]])
+    return ScaleShift(shifts=shifts, z=z, estimate=int(np.clip(k_hat - shifts[0], 0, len(shifts) - 1)), df=df)
+
+
 def inverted_p_value(excludes_zero, floor: float = 1e-12) -> float:
     """The smallest alpha at which an interval method excludes 'no change' (bisection on log alpha).
 

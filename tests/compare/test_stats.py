@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import duckdb
 import numpy as np
 import pytest
@@ -117,6 +119,77 @@ def test_p_value_and_interval_are_one_method():
         for level in (0.001, 0.01, 0.05, 0.2):
             if abs(level - p) > 1e-6 * p:
                 assert excludes(level) == (p < level), (q, p, level)
+
+
+def _pair(values_b: np.ndarray, values_a: np.ndarray, batches: int) -> tuple[list[stats.Side], np.ndarray]:
+    """Two runs (one cohort each, values in time order) as stats.Sides on one common bin grid."""
+    bins = np.floor(np.log(np.r_[values_b, values_a]) / stats.LOG_BIN).astype(np.int64)
+    grid = np.arange(bins.min(), bins.max() + 1)
+    sides = []
+    for part in (bins[:len(values_b)], bins[len(values_b):]):
+        column = part - grid[0]
+        batch = (np.arange(len(part)) * batches // len(part)).astype(np.int64)
+        cells, n = np.unique(np.stack([batch, column]), axis=1, return_counts=True)
+        sides.append(stats.Side(counts=np.bincount(column, minlength=len(grid))[None, :], batch=cells[0],
+                                cohort=np.zeros(cells.shape[1], dtype=np.int64), column=cells[1],
+                                n=n.astype(np.float64)))
+    return sides, stats.bin_values(grid)
+
+
+def _ratio(sides, values, q, reference_alpha=0.05 / 8):
+    one = np.ones(1)
+    qb, qa = stats.quantile_side(sides[0], one, q), stats.quantile_side(sides[1], one, q)
+    return stats.QuantileRatio.build(
+        qb, qa, np.log(values),
+        lambda: stats.scale_shift(sides[0], sides[1], one, values, q, (qb.estimate, qa.estimate),
+                                  min(qb.df, qa.df)), reference_alpha)
+
+
+def test_a_cold_start_and_a_drifting_load_do_not_hide_a_fall_eight_times_over():
+    """The shape CI recorded from llama.cpp on a busy machine (40 requests a side, prefix cache off → on): before,
+    TTFT drifts from 0.25 s to 0.6 s with the load; after, 37 requests at 26–45 ms and the three that found the
+    cache cold at 0.3–0.66 s, all at the start. Each run's Woodruff interval reaches its run's extreme request
+    (after's cold 0.66 s), which alone would say ×0.05 to ×2.6; the gate must show the fall."""
+    rng = np.random.default_rng(12)
+    before = np.sort(rng.uniform(0.25, 0.6, 40))          # the load rises through the run
+    after = np.r_[0.66, 0.45, 0.3, rng.uniform(0.026, 0.045, 37)]
+    sides, values = _pair(before, after, 10)
+    ratio = _ratio(sides, values, 0.5)
+    woodruff = stats.log_ratio_interval(ratio.before, ratio.after, ratio.logs, 0.05 / 8)
+    assert math.exp(woodruff[2]) > 1                     # on its own: "inconclusive"
+    assert ratio.combined
+    est, lo, hi = ratio.interval(0.05 / 8)
+    assert math.exp(est) == pytest.approx(np.median(after) / np.median(before), rel=0.1)
+    assert lo <= est <= hi and math.exp(hi) < 0.3
+
+
+def test_well_inside_the_data_the_gate_is_woodruffs_alone():
+    """3,000 a side at p99 (30 beyond it): no run's interval reaches its extreme request, so the scale-shift test is
+    never built and the interval is exactly each run's Woodruff interval combined."""
+    rng = np.random.default_rng(13)
+    sides, values = _pair(np.exp(rng.normal(0, 0.6, 3000)), np.exp(rng.normal(0.1, 0.6, 3000)), 50)
+    ratio = _ratio(sides, values, 0.99)
+    assert not ratio.combined
+    assert ratio.interval(0.01) == stats.log_ratio_interval(ratio.before, ratio.after, ratio.logs, 0.01)
+
+
+def test_a_combined_gates_p_value_and_interval_are_one_method():
+    rng = np.random.default_rng(14)
+    before = np.exp(rng.normal(0, 0.2, 40) + np.linspace(0, 1.5, 40))     # both drift with the load
+    after = np.exp(rng.normal(-0.4, 0.2, 40) + np.linspace(0, 1.5, 40))
+    after[:2] *= 8
+    sides, values = _pair(before, after, 10)
+    ratio = _ratio(sides, values, 0.5)
+    assert ratio.combined
+
+    def excludes(alpha):
+        _, lo, hi = ratio.interval(alpha)
+        return lo > 0 or hi < 0
+    p = stats.inverted_p_value(excludes)
+    assert 1e-6 < p < 1
+    for level in (0.001, 0.01, 0.05, 0.2, 0.5):
+        if abs(level - p) > 1e-6 * p:
+            assert excludes(level) == (p < level), (p, level)
 
 
 def test_supported_quantile_keeps_ten_requests_beyond_it():
