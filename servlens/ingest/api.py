@@ -159,7 +159,8 @@ def _plan(path: Path, named: bool, profiles: list[Profile], forced: Profile | No
 
 
 _SHAPES = {"jsonl": "JSON lines", "json": "a JSON document", "csv": "CSV", "parquet": "Parquet"}
-_READS = {"jsonl": "JSON lines", "json": "JSON documents", "csv": "CSV", "parquet": "Parquet"}
+_READS = {"jsonl": "JSON lines", "json": "JSON documents", "csv": "CSV", "parquet": "Parquet",
+          "lines": "console lines"}
 
 
 def _plan_forced(path: Path, named: bool, profiles: list[Profile], forced: Profile, sample: FileSample,
@@ -188,8 +189,9 @@ def _plan_forced(path: Path, named: bool, profiles: list[Profile], forced: Profi
             problem = (f"none of its first {len(sample.records)} record(s) has the field(s) the {forced.name} profile "
                        f"requires: {', '.join(missing[:6])}")
     # Text that is not JSON (sniffing reads JSON by content, whatever the suffix) or bytes that are not text cannot
-    # be JSON records; only a CSV profile may read text (a CSV with another suffix).
-    if problem is None and sample.shape in ("text", "binary") and (forced.reader != "csv" or sample.shape == "binary"):
+    # be JSON records; only a CSV profile (a CSV with another suffix) or a line reader may read text.
+    if problem is None and sample.shape in ("text", "binary") and (
+            forced.reader not in ("csv", "lines") or sample.shape == "binary"):
         problem = f"{sample.problem or sample.shape}, but the {forced.name} profile reads {_READS[forced.reader]}"
     if problem is None and not known_shape and not fits and not named:
         problem = sample.problem or f"{sample.shape or 'empty'}, not {_READS[forced.reader]}"
@@ -433,6 +435,8 @@ def _drop_rowless_source(con: duckdb.DuckDBPyConnection, result: SourceResult, p
         reason = f"all {result.bad_lines} record line(s) are bad (first: {where}: {first['reason']})"
     elif profile.reader == "csv" and not _csv_has_rows(Path(result.path)):
         reason = "the file holds no record (a header only)"
+    elif profile.reader == "lines" and not _a_line_matches(profile, Path(result.path)):
+        reason = "no line of the file matches the profile's [lines] patterns"
     elif profile.where:
         reason = "no record passed the profile's row filter (where)" + _where_fields_missing(profile, sample, wrapper)
     elif profile.reader == "lines":
@@ -448,6 +452,17 @@ def _drop_rowless_source(con: duckdb.DuckDBPyConnection, result: SourceResult, p
             con.execute("DELETE FROM runs WHERE run = ? AND NOT EXISTS (SELECT 1 FROM sources WHERE run = ?)",
                         [run, run])
     return reason
+
+
+def _a_line_matches(profile: Profile, path: Path) -> bool:
+    """Whether a line of the file's head matches one of a line reader's patterns (said before the row filter: a
+    file none of whose lines is a record has nothing for `where` to filter)."""
+    try:
+        patterns = [re.compile(p) for p in profile.line_patterns]
+    except re.error:      # RE2 syntax Python does not share: let the row filter's message stand
+        return True
+    text = read_head(path, 1 << 20).decode("utf-8", errors="replace")
+    return any(p.search(line) for line in text.splitlines() for p in patterns)
 
 
 def _csv_has_rows(path: Path) -> bool:

@@ -27,6 +27,7 @@ MAPPABLE_COLUMNS = tuple(c for c in REQUEST_COLUMNS if c not in INGESTER_COLUMNS
 _TOP_KEYS = {
     "name", "title", "description", "reader", "priority", "clock", "run", "detect", "explode", "let", "macros",
     "columns", "text", "attrs", "units", "derived", "csv", "where", "unwrap", "extends", "lines", "metric_lines",
+    "macros_from",
 }
 # How a record sits inside what the file holds (an [unwrap] step, or a log store's wrapper):
 #   record      a JSON path to the one record inside each line/document ($._source)
@@ -360,6 +361,26 @@ def _merge_extends(data: dict, path: str, raw_of: dict[str, dict], seen: tuple[s
     return merged
 
 
+def _resolve(data: dict, path: str, raw_of: dict[str, dict]) -> dict:
+    """`extends`, then `macros_from = ["NAME", ...]`: the [macros] of those built-in profiles, under the profile's
+    own (one system's helpers — TGI's Duration strings, its error types — defined once for all its log formats)."""
+    data = _merge_extends(data, path, raw_of)
+    names = data.get("macros_from")
+    if names is None:
+        return data
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"Profile {path}: macros_from must be a list of built-in profile names")
+    macros: dict = {}
+    for name in names:
+        if name not in raw_of:
+            raise ConfigError(f"Profile {path}: macros_from names '{name}', which is not a built-in profile",
+                              "See 'servlens formats' for the names")
+        macros.update(raw_of[name].get("macros") or {})
+    merged = {k: v for k, v in data.items() if k != "macros_from"}
+    merged["macros"] = {**macros, **(data.get("macros") or {})}
+    return merged
+
+
 def _builtin_raw() -> dict[str, dict]:
     raw = {}
     for entry in resources.files("servlens.profiles").iterdir():
@@ -381,9 +402,9 @@ def load_profile_file(path: str | Path) -> Profile:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"Profile {path} is not valid TOML: {exc}", "Fix the file; docs/profiles.md has examples") from exc
-    if "extends" in data:
+    if "extends" in data or "macros_from" in data:
         raw = {k: {kk: vv for kk, vv in v.items() if kk != "_file"} for k, v in _builtin_raw().items()}
-        data = _merge_extends(data, str(path), raw)
+        data = _resolve(data, str(path), raw)
     return parse_profile(data, str(path))
 
 
@@ -401,7 +422,7 @@ def builtin_profiles() -> list[Profile]:
         raw = {k: {kk: vv for kk, vv in v.items() if kk != "_file"} for k, v in files.items()}
         for name, data in raw.items():
             where = f"servlens/profiles/{files[name]['_file']}"
-            found.append(parse_profile(_merge_extends(data, where, raw), where, builtin=True))
+            found.append(parse_profile(_resolve(data, where, raw), where, builtin=True))
         names = [p.name for p in found]
         duplicates = {n for n in names if names.count(n) > 1}
         if duplicates:

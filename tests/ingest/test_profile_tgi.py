@@ -60,11 +60,19 @@ TEXT_SAMPLE = FORMATS / "tgi" / "tgi-router-text.log"
 def test_default_text_log_success_lines_of_five_versions():
     assert sniffed_name(TEXT_SAMPLE) == "tgi-router-text"
     source, rows, _ = ingest_rows(TEXT_SAMPLE, order="source_line")
-    # 10 real lines: 6 Success events are rows; the "Connected" and "Invalid hostname" lines are not requests, and a
-    # request's ERROR line (line 9) carries no timing: none of them is a bad line
-    assert (source["rows"], source["bad_lines"]) == (6, 0)
-    assert [r["source_line"] for r in rows] == [1, 2, 4, 5, 7, 10]
-    otel, _, _, v2, chat, v3 = rows
+    # 10 real lines: 6 Success events and a request's ERROR line (line 9) are rows; the "Connected" and "Invalid
+    # hostname" lines are not requests: none of them is a bad line
+    assert (source["rows"], source["bad_lines"]) == (7, 0)
+    assert [r["source_line"] for r in rows] == [1, 2, 4, 5, 7, 9, 10]
+    otel, _, _, v2, chat, refused, v3 = rows
+    # TGI 3.x refusing a /v1/chat/completions request too long for the model (router/src/infer/mod.rs:126, inside
+    # infer's generate_stream span under the chat_completions handler): TGI's validation error, HTTP 422, no timing
+    assert (refused["status"], refused["error_type"], refused["http_status"]) == ("error", "validation", 422)
+    assert (refused["endpoint"], refused["max_tokens"]) == ("/v1/chat/completions", 20)
+    assert refused["error_message"].startswith("`inputs` tokens + `max_new_tokens` must be <= 512. Given: 1864")
+    assert refused["t_end"] == datetime(2025, 9, 9, 11, 28, 3, 840209)
+    assert (refused["t_arrival"], refused["e2e_s"], refused["completion_tokens"]) == (None, None, None)
+    assert all(r["status"] == "ok" and r["error_type"] is None for r in rows if r is not refused)
     # TGI 1.0 with OpenTelemetry: parent span carries the trace id; old `max_new_tokens: 20` without Some(...)
     assert otel["trace_id"] == "d6e2778955d17bf523e3dc568754ef3e" and otel["max_tokens"] == 20
     assert otel["e2e_s"] == pytest.approx(0.986532642) and otel["queue_s"] == pytest.approx(188.125e-6)

@@ -33,8 +33,10 @@ EXPECTED = {
     "litellm-spendlogs-csv": "the file holds no record",
     "envoy-ai-gateway-access-log": "no record passed the profile's row filter (where): none of the first",
     "tgi-router-json": "no record passed the profile's row filter (where): none of the first",
-    "llama-server-log": "no record passed the profile's row filter (where): no line gave the capture(s)",
-    "vllm-request-log": "no record passed the profile's row filter (where): no line gave the capture(s)",
+    # a line reader's empty file is a sampled line cut after its detect match: no [lines] pattern matches it, which is
+    # said before any row filter (there is nothing for `where` to filter)
+    "llama-server-log": "no line of the file matches the profile's [lines] patterns",
+    "vllm-request-log": "no line of the file matches the profile's [lines] patterns",
     "tgi-router-text": "no line of the file matches the profile's [lines] patterns",
     "sglang-request-log-text": "no line of the file matches the profile's [lines] patterns",
     "portkey-gateway-log-stream": "no line of the file matches the profile's [lines] patterns",
@@ -110,3 +112,18 @@ def test_a_named_file_that_gives_no_row_is_refused_and_a_folder_of_it_too(tmp_pa
         assert reason.startswith(f"{name}, but no rows: {EXPECTED[name]}")
     with pytest.raises(InputError, match=rf"^Nothing was ingested from {re.escape(str(tmp_path))}: 1 file\(s\) skipped"):
         check_something_ingested(report, [str(tmp_path)])
+
+
+def test_lines_that_match_but_never_finish_a_record_name_the_missing_capture(tmp_path):
+    """A real llama.cpp log cut before any task finished (its launch_slot_ and print_timing lines up to the first
+    `total time`): the patterns match, the row filter needs `total_ms`, and the refusal says so."""
+    source = REPO / "tests/data/shared/real-engine/llamacpp/llama-server-prefix-fresh.log"
+    lines = source.read_text().splitlines()
+    cut = next(i for i, line in enumerate(lines) if "total time =" in line)
+    path = tmp_path / "unfinished.log"
+    path.write_text("\n".join(lines[:cut]) + "\n")
+    assert "launch_slot_" in path.read_text()
+    with pytest.raises(InputError) as named:
+        ingest_inputs(open_store(None), [str(path)], run="t", from_format="llama-server-log")
+    assert ("gave no rows: no record passed the profile's row filter (where): no line gave the capture(s) "
+            "total_ms") in str(named.value)
