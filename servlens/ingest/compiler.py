@@ -405,10 +405,24 @@ def line_captures(patterns: list[str], names: list[list[str]]) -> tuple[list[str
 def _line_records(profile: Profile) -> list[tuple[str, str]]:
     """Reader "lines": the lines matching one of the profile's patterns, their named captures as `m.<name>`
     (text); with lines.key, the lines sharing the key's captures are one record (each capture from its first
-    line). Lines no pattern matches are other log lines: not records, not bad lines."""
+    line). Lines no pattern matches are other log lines: not records, not bad lines — unless they start like a
+    record (lines.record_start): those are bad lines, counted and kept with their line number."""
     matched, captures, any_match = line_captures(profile.line_patterns, profile.line_names)
     names = list(captures)
     fields = [f"{expr} AS {_ident(name)}" for name, expr in captures.items()]
+    start = profile.line_record_start
+    if start is not None:
+        reason = sql_str(f"the line starts like a {profile.name} record but matches none of its [lines] patterns")
+        bad = (f"CASE WHEN NOT ({any_match}) THEN json_object('reason', {reason}, "
+               f"'byte_length', octet_length(encode(_text))) END")
+        ctes = [
+            ("_matched", "SELECT _line, _text, " + ", ".join(matched) + " FROM _raw"),
+            ("_fields", f"SELECT _line, {', '.join(fields)}, ({any_match}) AS _ok, {bad} AS _bad FROM _matched "
+                        f"WHERE {any_match} OR regexp_matches(_text, {sql_str(start)})"),
+        ]
+        packed = ", ".join(f"{_ident(n)} := {_ident(n)}" for n in names)
+        ctes.append(("_checked", f"SELECT _line, struct_pack({packed}) AS m, _ok, _bad FROM _fields"))
+        return ctes
     ctes = [
         ("_matched", "SELECT _line, " + ", ".join(matched) + " FROM _raw"),
         ("_fields", f"SELECT _line, {', '.join(fields)} FROM _matched WHERE {any_match}"),

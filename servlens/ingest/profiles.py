@@ -114,6 +114,8 @@ class Profile:
     line_patterns: list[str] = field(default_factory=list)
     line_names: list[list[str]] = field(default_factory=list)  # each pattern's capture names, in group order
     line_key: list[str] = field(default_factory=list)
+    # a regex a record's line starts with: such a line that no pattern matches is a bad line, not another message
+    line_record_start: str | None = None
     detect_line: str | None = None
     detect_must: list[str] = field(default_factory=list)
     detect_may: list[str] = field(default_factory=list)
@@ -234,8 +236,8 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
     if unwrap and reader not in ("jsonl", "json"):
         raise ConfigError(f"Profile {name}: [unwrap] needs a JSON reader (jsonl or json)")
     lines = data.get("lines", {})
-    if not isinstance(lines, dict) or set(lines) - {"patterns", "key"}:
-        raise ConfigError(f"Profile {name}: [lines] takes 'patterns' and 'key'", "See docs/profiles.md")
+    if not isinstance(lines, dict) or set(lines) - {"patterns", "key", "record_start"}:
+        raise ConfigError(f"Profile {name}: [lines] takes 'patterns', 'key' and 'record_start'", "See docs/profiles.md")
     if (reader == "lines") != bool(lines.get("patterns")):
         raise ConfigError(f"Profile {name}: reader 'lines' goes with [lines] patterns (regexes with named "
                           "captures)")
@@ -255,6 +257,17 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
     if set(line_key) - known:
         unknown_key = ", ".join(sorted(set(line_key) - known))
         raise ConfigError(f"Profile {name}: lines.key names captures no pattern has: {unknown_key}")
+    record_start = lines.get("record_start")
+    if record_start is not None:
+        if not isinstance(record_start, str):
+            raise ConfigError(f"Profile {name}: lines.record_start must be a regex (a string)")
+        try:
+            re.compile(record_start)
+        except re.error as exc:
+            raise ConfigError(f"Profile {name}: lines.record_start {record_start!r} is not a valid regex ({exc})") \
+                from exc
+        if line_key:
+            raise ConfigError(f"Profile {name}: lines.record_start needs one line a record (no lines.key)")
     metric_lines = _metric_lines(data.get("metric_lines"), reader, name)
     detect_line = detect.get("line")
     if detect_line is not None:
@@ -282,6 +295,7 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
         line_patterns=patterns,
         line_names=line_names,
         line_key=line_key,
+        line_record_start=record_start,
         detect_line=detect_line,
         detect_must=_strings(detect.get("must"), "detect.must", name),
         detect_may=_strings(detect.get("may"), "detect.may", name),

@@ -79,3 +79,18 @@ def test_text_request_log_of_a_real_server():
     # inference_time is the raw perf_counter() of the finish here (26520974.38 s beside 1201.92 s e2e): dropped
     assert row["attrs"]["inference_s"] is None
     assert row["attrs"]["decode_throughput"] == pytest.approx(19.428522417494694)
+
+
+def test_a_finish_line_the_pattern_cannot_read_is_a_bad_line(tmp_path):
+    """The real log with one Finish line cut short (as a log shipper's line limit does): it starts like a record, so it
+    is counted and kept with its line number, never skipped as another message; the whole line still gives its row."""
+    lines = TEXT_LOG.read_text().splitlines()
+    finish = next(i for i, line in enumerate(lines) if "Finish: obj=" in line)
+    cut = lines[finish][: lines[finish].index(", out=")]
+    path = tmp_path / "server.log"
+    path.write_text("\n".join([*lines, cut]) + "\n")
+    source, rows, con = ingest_rows(path)
+    assert (source["rows"], source["bad_lines"]) == (1, 1)
+    line, reason = con.execute("SELECT line, reason FROM ingest_errors").fetchone()
+    assert line == len(lines) + 1
+    assert reason == "the line starts like a sglang-request-log-text record but matches none of its [lines] patterns"

@@ -92,3 +92,18 @@ def test_default_text_log_success_lines_of_five_versions():
     assert v3["t_end"] == datetime(2025, 9, 9, 11, 29, 51, 795563)
     assert v3["t_arrival"] == datetime(2025, 9, 9, 11, 29, 50, 601198)
     assert all(r["ttft_s"] is None and r["prompt_tokens"] is None for r in rows)
+
+
+def test_a_success_line_in_another_layout_is_a_bad_line(tmp_path):
+    """A Success line whose span fields come in another order (a future TGI release) cannot be read: it is a bad line
+    with its line number, not a request silently dropped."""
+    lines = TEXT_SAMPLE.read_text().splitlines()
+    success = lines[9]
+    assert success.endswith(": Success")
+    reordered = success.replace('queue_time="', 'queue_time_ns="')
+    path = tmp_path / "router.log"
+    path.write_text("\n".join([*lines, reordered]) + "\n")
+    source, rows, con = ingest_rows(path, order="source_line")
+    assert (source["rows"], source["bad_lines"]) == (7, 1)
+    line, reason = con.execute("SELECT line, reason FROM ingest_errors").fetchone()
+    assert (line, reason) == (11, "the line starts like a tgi-router-text record but matches none of its [lines] patterns")
