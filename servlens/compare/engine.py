@@ -372,6 +372,8 @@ def _judge_latency(r, sb: stats.Side, sa: stats.Side, w, values, gate: Gate, pol
         lambda: stats.scale_shift(sb, sa, w, values, q, (qb.estimate, qa.estimate), min(qb.df, qa.df), paired),
         (1 - policy.confidence) / max(len(policy.gates), 1))
     r["_quantile"] = ratio
+    # which interval the gate reports (stats.QuantileRatio): a reader can tell why a small gate's interval is what it is
+    r["interval_method"] = "woodruff+scale_shift" if ratio.combined else "woodruff"
 
     def excludes(alpha):
         _, lo, hi = ratio.interval(alpha)

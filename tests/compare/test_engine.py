@@ -387,6 +387,7 @@ def test_the_headline_is_covariate_adjusted_with_mix_adjusted_and_naive_beside(c
     (model,) = adj["models"]
     assert model["slopes"]["before"][0] == pytest.approx(0.63, abs=0.05) and model["r2"] > 0.4
     assert model["slopes"]["after"][0] == pytest.approx(0.63, abs=0.05)
+    assert p99["interval_method"] == "woodruff"          # 3,000 a side: well inside each run's data
     assert p99["mix_adjusted"]["ratio"] > 1.1 and p99["naive"]["ratio"] > 1.1
     assert p99["distribution_test"]["name"] == "Anderson–Darling k-sample"
     chart = p99["residual_chart"]

@@ -193,4 +193,6 @@ def test_a_busy_machines_cache_fall_is_shown(pair):
     doc = compare_runs(con, "prefix_nocache", "prefix_cache", seed=1)
     p50 = _gates(doc)["ttft_p50"]
     assert p50["ci_high"] < 1 and p50["verdict"] == "pass" and p50["improved"], p50
+    # ten batches of four: a run's Woodruff interval alone would reach its most extreme request
+    assert p50["interval_method"] == "woodruff+scale_shift"
     assert exit_code(doc) != 1
