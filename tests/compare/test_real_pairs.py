@@ -160,31 +160,18 @@ def test_a_gateway_whose_primary_dies_fails_on_errors():
 BUSY = "tests/data/busy-machine"
 
 
-def _client_ttfts_and_cache_hits(path: str) -> tuple[list[float], list[int]]:
-    """A run's client TTFTs (sorted) and the prompt tokens the engine served from cache, read from the raw log."""
-    import json
-
-    ttfts, cached = [], []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            rec = json.loads(line)
-            timings = (rec.get("stream_final_chunk") or rec.get("response") or {}).get("timings") or {}
-            if rec.get("ttft_client_s") is not None:
-                ttfts.append(rec["ttft_client_s"])
-            if timings.get("cache_n") is not None:
-                cached.append(timings["cache_n"])
-    return sorted(ttfts), cached
-
-
 @pytest.mark.parametrize("pair", ["prefix-1", "prefix-3"])
 def test_a_busy_machines_cache_fall_is_shown(pair):
     """tests/data/busy-machine: the load drifted through both runs and the after run started cold. Its records
     decide the question — the engine served no prefix from cache before and most of it after, and the after run's
     p75 TTFT is below the before run's p25 — so TTFT p50's interval must exclude no change and the gate pass."""
-    from servlens.ingest.api import ingest_inputs
+    from pathlib import Path
 
-    before, before_cached = _client_ttfts_and_cache_hits(f"{BUSY}/{pair}/prefix_nocache/requests.jsonl")
-    after, after_cached = _client_ttfts_and_cache_hits(f"{BUSY}/{pair}/prefix_cache/requests.jsonl")
+    from servlens.ingest.api import ingest_inputs
+    from tests.e2e.records import ttfts_and_cache_hits
+
+    before, before_cached = ttfts_and_cache_hits(Path(BUSY, pair), "prefix_nocache")
+    after, after_cached = ttfts_and_cache_hits(Path(BUSY, pair), "prefix_cache")
     assert not any(before_cached) and sorted(after_cached)[len(after_cached) // 2] > 0
     assert after[3 * len(after) // 4] < before[len(before) // 4]
     con = open_store(None)

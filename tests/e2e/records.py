@@ -13,6 +13,22 @@ def load_records(out: Path, run: str) -> list[dict]:
         return [json.loads(line) for line in fh]
 
 
+def engine_timings(rec: dict) -> dict:
+    """llama.cpp's `timings` of one harness record (the streamed final chunk's, else the response's), {} without."""
+    return (rec.get("stream_final_chunk") or rec.get("response") or {}).get("timings") or {}
+
+
+def ttfts_and_cache_hits(out: Path, run: str) -> tuple[list[float], list[int]]:
+    """The run's client TTFTs (seconds, sorted) and, per request, the prompt tokens the engine served from cache."""
+    ttfts, cached = [], []
+    for rec in load_records(out, run):
+        if rec.get("ttft_client_s") is not None:
+            ttfts.append(rec["ttft_client_s"])
+        if engine_timings(rec).get("cache_n") is not None:
+            cached.append(engine_timings(rec)["cache_n"])
+    return sorted(ttfts), cached
+
+
 def servlens(*args: str, timeout: float = 300):
     """Run the servlens CLI as a user would (a separate process); returns the CompletedProcess."""
     import subprocess
@@ -42,7 +58,7 @@ def engine_queueing(out: Path, run: str) -> str:
     deferred = max_deferred(out / run)
     waits = []
     for rec in load_records(out, run):
-        timings = (rec.get("stream_final_chunk") or rec.get("response") or {}).get("timings") or {}
+        timings = engine_timings(rec)
         if rec.get("ttft_client_s") is not None and timings.get("prompt_ms") is not None:
             waits.append(rec["ttft_client_s"] - timings["prompt_ms"] / 1000)
     if deferred >= 2 and sum(w > 1.0 for w in waits) >= 3:

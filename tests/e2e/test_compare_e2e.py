@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 
-from .records import load_records, servlens
+from .records import servlens, ttfts_and_cache_hits
 
 
 def _compare(engine_store, tmp_path, before, after):
@@ -19,18 +19,6 @@ def _compare(engine_store, tmp_path, before, after):
     return result.returncode, doc
 
 
-def _ttft_and_cache_hits(out, run):
-    """The run's client TTFTs (seconds) and, per request, the prompt tokens the engine served from its cache."""
-    ttfts, cached = [], []
-    for rec in load_records(out, run):
-        timings = (rec.get("stream_final_chunk") or rec.get("response") or {}).get("timings") or {}
-        if rec.get("ttft_client_s") is not None:
-            ttfts.append(rec["ttft_client_s"])
-        if timings.get("cache_n") is not None:
-            cached.append(timings["cache_n"])
-    return sorted(ttfts), cached
-
-
 def _quantile(sorted_values, q):
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
@@ -38,8 +26,8 @@ def _quantile(sorted_values, q):
 def test_cache_on_makes_ttft_fall(engine_store, engine_out, tmp_path):
     """What the gate must say follows from the two runs' own records, not from the scenario's intent: on a busy
     machine contention can swamp the cache's saving, and then an honest interval reaches past 1."""
-    before, before_cached = _ttft_and_cache_hits(engine_out, "prefix_nocache")
-    after, after_cached = _ttft_and_cache_hits(engine_out, "prefix_cache")
+    before, before_cached = ttfts_and_cache_hits(engine_out, "prefix_nocache")
+    after, after_cached = ttfts_and_cache_hits(engine_out, "prefix_cache")
     # the engine did what the runs set out to do: no prefix from cache before, most requests' prefix from it after
     assert not any(before_cached), before_cached
     assert statistics.median(after_cached) > 0, after_cached
