@@ -82,6 +82,8 @@ def translate(sql: str | exp.Expression, engine: str, copy: bool = True) -> str:
     tree = _name_columns(_expand_order_by_all(_expand_group_by_all(tree)))
     if dialect == "clickhouse":
         tree = _expand_join_stars(tree)
+    else:
+        tree = _alias_bare_tables(tree)
     rewrite = _CLICKHOUSE if dialect == "clickhouse" else _SPARK
     return _bottom_up(tree, rewrite).sql(dialect)
 
@@ -230,6 +232,17 @@ def _source_columns(select: exp.Select, name: str) -> list[str] | None:
             return None
         return [p.alias_or_name for p in body.expressions]
     return None
+
+
+def _alias_bare_tables(tree: exp.Expression) -> exp.Expression:
+    """`FROM t WHERE (c)`: WHERE is not a reserved word in Spark's default (non-ANSI) grammar, so Spark reads it as
+    t's alias and `(c)` as its column list, and refuses the query with ASSIGNMENT_ARITY_MISMATCH (t's columns vs
+    one name). Every table read without an alias gets its own name as alias, which leaves no room for that."""
+    for table in tree.find_all(exp.Table):
+        if (table.args.get("alias") is None and not table.db and isinstance(table.this, exp.Identifier)
+                and isinstance(table.parent, (exp.From, exp.Join))):
+            table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+    return tree
 
 
 def _expand_join_stars(tree: exp.Expression) -> exp.Expression:
