@@ -67,3 +67,26 @@ def test_the_metrics_row_is_typed_literals_on_spark(spark_local_engine):
 @pytest.mark.engines
 def test_spark_local_driver_has_two_gigabytes(spark_local_engine):
     assert spark_local_engine.spark.sparkContext.getConf().get("spark.driver.memory") == "2g"
+
+
+DISTINCT_STRING_AGG = ("SELECT run, string_agg(DISTINCT finish_reason, ', ' ORDER BY finish_reason) "
+                       "FILTER (WHERE completion_tokens > 20) AS reasons, string_agg(DISTINCT model, ', ' ORDER BY model) "
+                       "FILTER (WHERE false) AS none FROM requests GROUP BY run ORDER BY run")
+
+
+def test_a_distinct_string_agg_is_collected_sorted_and_joined_on_spark():
+    # Spark 4 fails on LISTAGG(DISTINCT ...) WITHIN GROUP with a FILTER, or two of them, with a ClassCastException
+    # (rule SL006)
+    sql = "SELECT string_agg(DISTINCT kind, ', ' ORDER BY kind) FILTER (WHERE is_error) AS e FROM r"
+    items = "ARRAY_SORT(ARRAY_DISTINCT(COLLECT_LIST(kind) FILTER(WHERE is_error)))"
+    assert translate(sql, "spark") == (
+        f"SELECT CASE WHEN SIZE({items}) = 0 THEN NULL ELSE ARRAY_JOIN({items}, ', ') END AS e FROM r AS r")
+    plain = "SELECT string_agg(kind, ', ' ORDER BY kind) AS e FROM r"   # no DISTINCT: Spark's LISTAGG as written
+    assert translate(plain, "spark") == "SELECT LISTAGG(kind, ', ') WITHIN GROUP (ORDER BY kind NULLS LAST) AS e FROM r AS r"
+
+
+@pytest.mark.engines
+def test_a_distinct_string_agg_filter_gives_duckdbs_text_on_spark(duckdb_engine, spark_local_engine):
+    expected = duckdb_engine.query(DISTINCT_STRING_AGG)
+    assert len(expected) == 4 and all(row["none"] is None for row in expected)
+    assert spark_local_engine.query(DISTINCT_STRING_AGG) == expected
