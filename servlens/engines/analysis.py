@@ -54,6 +54,16 @@ def _value_literal(value: Any) -> str:
     return sql_literal(value)
 
 
+def _typed_literal(value: Any, type_name: str | None, dialect: str) -> str:
+    """A fetched value as a literal of the type the engine gave it: an untyped NULL is Spark's NullType, which
+    FILTER (WHERE ...) and arithmetic refuse. ClickHouse has no NULL array (an array is [] or a value), so there a
+    NULL list stays a bare NULL."""
+    literal = _value_literal(value)
+    if type_name is None or (literal == "NULL" and type_name.endswith("[]") and dialect == "clickhouse"):
+        return literal
+    return f"CAST({literal} AS {type_name})"
+
+
 def _metric_roles_sql() -> str:
     from servlens.store.metric_roles import table_rows
 
@@ -203,8 +213,10 @@ class EngineConnection:
             else:  # the rule's metrics row: computed once, then a literal row the engine reads
                 rows = self.engine.query(body, views=self.views)
                 columns = list(rows[0]) if rows else []
+                types = dict(self.engine.last_types)
                 self.views[name] = (" UNION ALL ".join(
-                    "SELECT " + ", ".join(f"{_value_literal(row[c])} AS \"{c}\"" for c in columns) for row in rows)
+                    "SELECT " + ", ".join(f"{_typed_literal(row[c], types.get(c), self.engine.dialect)} AS \"{c}\""
+                                          for c in columns) for row in rows)
                     if rows else "SELECT NULL AS none WHERE 1 = 0")
             return _Cursor([])
         rows = self.engine.query(sql, views=self.views)

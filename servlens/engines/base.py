@@ -101,6 +101,9 @@ class Engine:
         self.source: TableSource | None = None
         self.tables: dict[str, str] = {}     # canonical name -> what the engine's SQL reads
         self.last_columns: list[str] = []    # the column names of the last result (an empty one has them too)
+        # the last result's column types as DuckDB type names, where the client says them (Arrow); a column whose
+        # type has no portable name is left out
+        self.last_types: dict[str, str] = {}
         self._computed: dict[str, list[tuple]] = {}  # probe SQL -> its argument tuples (python_functions)
 
     @property
@@ -267,7 +270,10 @@ def _own_cte_names(view: str, body):
     if not names:
         return body
     for cte in body.find_all(exp.CTE):
-        cte.set("alias", exp.TableAlias(this=exp.to_identifier(f"{view}__{cte.alias}")))
+        # the column list stays: `t(a, b) AS (VALUES ...)` names its columns only there
+        old = cte.args.get("alias")
+        cte.set("alias", exp.TableAlias(this=exp.to_identifier(f"{view}__{cte.alias}"),
+                                        columns=[c.copy() for c in old.columns] if old is not None else None))
     for table in body.find_all(exp.Table):
         if not table.db and table.name in names:
             alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
@@ -340,6 +346,42 @@ class EngineError(ConfigError):
         self.native_sql = native_sql
         super().__init__(f"{engine.name} could not run a query: {first[:300]}",
                          f"Run 'servlens engines check --engine {redact_url(engine.url)}' to see what it lacks")
+
+
+def duckdb_type(arrow_type) -> str | None:
+    """An Arrow type as the DuckDB type name the function map translates (None: no portable name, e.g. a struct
+    or Arrow's null type), so a fetched value can go back to the engine as a literal of its own type."""
+    import pyarrow as pa
+
+    if pa.types.is_boolean(arrow_type):
+        return "BOOLEAN"
+    if pa.types.is_integer(arrow_type):
+        # unsigned too (ClickHouse's count() is UInt64): servlens' counts fit a signed 64-bit integer
+        return {8: "TINYINT", 16: "SMALLINT", 32: "INTEGER"}.get(arrow_type.bit_width, "BIGINT")
+    if pa.types.is_floating(arrow_type):
+        return "REAL" if arrow_type.bit_width == 32 else "DOUBLE"
+    if pa.types.is_decimal(arrow_type):
+        return f"DECIMAL({arrow_type.precision}, {arrow_type.scale})"
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return "VARCHAR"
+    if pa.types.is_timestamp(arrow_type):
+        return "TIMESTAMP"   # values come back as naive UTC (plain), the canonical tables' TIMESTAMP
+    if pa.types.is_date(arrow_type):
+        return "DATE"
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        item = duckdb_type(arrow_type.value_type)
+        return None if item is None else f"{item}[]"
+    return None
+
+
+def arrow_types(schema) -> dict[str, str]:
+    """A result's column types (an Arrow schema) as DuckDB type names, the columns without one left out."""
+    found = {}
+    for column in schema:
+        name = duckdb_type(column.type)
+        if name is not None:
+            found[column.name] = name
+    return found
 
 
 def plain(value: Any) -> Any:

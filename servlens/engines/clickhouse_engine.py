@@ -13,7 +13,7 @@ import logging
 import urllib.parse
 from pathlib import Path
 
-from servlens.engines.base import Engine
+from servlens.engines.base import Engine, arrow_types
 from servlens.engines.functions import translate
 from servlens.engines.schema import empty_relation_sql
 from servlens.errors import ConfigError
@@ -74,6 +74,7 @@ class ChDBEngine(Engine):
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
         table = self._session.query(native_sql, "ArrowTable")
         self.last_columns = list(table.column_names)
+        self.last_types = arrow_types(table.schema)
         return [_null_arrays(row) for row in table.to_pylist()]
 
     def _columns_of_empty(self, table: str) -> list[str]:
@@ -128,6 +129,7 @@ class ClickHouseServerEngine(Engine):
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
         result = self._client.query(native_sql)
         self.last_columns = list(result.column_names)
+        self.last_types = {}   # clickhouse-connect's rows carry no Arrow schema: the literals stay untyped
         return [_null_arrays(dict(zip(result.column_names, row))) for row in result.result_rows]
 
     def _columns_of_empty(self, table: str) -> list[str]:

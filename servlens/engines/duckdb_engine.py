@@ -85,6 +85,7 @@ class DuckDBEngine(Engine):
         cursor = self.con.execute(native_sql)
         names = [d[0] for d in cursor.description] if cursor.description else []
         self.last_columns = names
+        self.last_types = {}   # DuckDB reads the store itself: no fetched row goes back to it as literals
         return [dict(zip(names, row)) for row in cursor.fetchmany(limit)]
 
     def execute(self, native_sql: str) -> None:

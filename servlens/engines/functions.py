@@ -82,6 +82,8 @@ def translate(sql: str | exp.Expression, engine: str, copy: bool = True) -> str:
     tree = _name_columns(_expand_order_by_all(_expand_group_by_all(tree)))
     if dialect == "clickhouse":
         tree = _expand_join_stars(tree)
+    else:
+        tree = _alias_bare_tables(tree)
     rewrite = _CLICKHOUSE if dialect == "clickhouse" else _SPARK
     return _bottom_up(tree, rewrite).sql(dialect)
 
@@ -230,6 +232,17 @@ def _source_columns(select: exp.Select, name: str) -> list[str] | None:
             return None
         return [p.alias_or_name for p in body.expressions]
     return None
+
+
+def _alias_bare_tables(tree: exp.Expression) -> exp.Expression:
+    """`FROM t WHERE (c)`: WHERE is not a reserved word in Spark's default (non-ANSI) grammar, so Spark reads it as
+    t's alias and `(c)` as its column list, and refuses the query with ASSIGNMENT_ARITY_MISMATCH (t's columns vs
+    one name). Every table read without an alias gets its own name as alias, which leaves no room for that."""
+    for table in tree.find_all(exp.Table):
+        if (table.args.get("alias") is None and not table.db and isinstance(table.this, exp.Identifier)
+                and isinstance(table.parent, (exp.From, exp.Join))):
+            table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+    return tree
 
 
 def _expand_join_stars(tree: exp.Expression) -> exp.Expression:
@@ -764,7 +777,41 @@ def _spark_list(node: exp.ArrayAgg, condition: exp.Expression | None = None):
 def _spark_filter(node: exp.Filter):
     if isinstance(node.this, exp.ArrayAgg):
         return _spark_list(node.this, node.expression.this)
+    if isinstance(node.this, exp.GroupConcat):
+        return _spark_distinct_string_agg(node.this, node.expression.this)
     return None
+
+
+def _spark_distinct_string_agg(node: exp.GroupConcat, condition: exp.Expression | None = None):
+    """string_agg(DISTINCT x, sep [ORDER BY x]) [FILTER (WHERE c)]: Spark 4's analyzer fails on two LISTAGG(DISTINCT
+    ...) WITHIN GROUP of different values in one query, and on one with a FILTER (ClassCastException:
+    AttributeReference cannot be cast to SortOrder; rule SL006). The distinct values are collected, sorted and
+    joined instead; NULLs are skipped as string_agg skips them, and no value is NULL, as DuckDB's."""
+    inner = node.this
+    order = inner if isinstance(inner, exp.Order) else None
+    distinct = order.this if order is not None else inner
+    if not isinstance(distinct, exp.Distinct) or len(distinct.expressions) != 1:
+        return None
+    value = distinct.expressions[0]
+    keys = order.expressions if order is not None else []
+    if any(k.this != value for k in keys) or len({bool(k.args.get("desc")) for k in keys}) > 1:
+        return None   # ordered by something else: left to Spark as written
+    items = exp.Anonymous(this="collect_list", expressions=[value.copy()])
+    if condition is not None:
+        items = exp.Filter(this=items, expression=exp.Where(this=condition.copy()))
+    ordered = exp.Anonymous(this="array_sort", expressions=[exp.Anonymous(this="array_distinct", expressions=[items])])
+    if keys and keys[0].args.get("desc"):
+        ordered = exp.Anonymous(this="reverse", expressions=[ordered])
+    separator = node.args.get("separator") or exp.Literal.string(",")
+    empty = exp.EQ(this=exp.Anonymous(this="size", expressions=[ordered.copy()]), expression=exp.Literal.number(0))
+    return exp.Case(ifs=[exp.If(this=empty, true=exp.Null())],
+                    default=exp.Anonymous(this="array_join", expressions=[ordered, separator.copy()]))
+
+
+def _spark_group_concat(node: exp.GroupConcat):
+    if isinstance(node.parent, exp.Filter):
+        return None   # rewritten with its filter (_spark_filter)
+    return _spark_distinct_string_agg(node)
 
 
 def _spark_array_agg_by_keys(node: exp.ArrayAgg):
@@ -922,6 +969,7 @@ _SPARK = {
     exp.PercentileDisc: _spark_quantile_disc,
     exp.Filter: _spark_filter,
     exp.ArrayAgg: _spark_array_agg,
+    exp.GroupConcat: _spark_group_concat,
     exp.Cast: _spark_cast,
     exp.Anonymous: _spark_anonymous,
     exp.RegexpFullMatch: _spark_regexp_full_match,

@@ -5,9 +5,10 @@ every result comes back through Arrow, so timestamps and NULLs arrive as the oth
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from servlens.engines.base import Engine
+from servlens.engines.base import Engine, arrow_types
 from servlens.engines.functions import translate
 from servlens.engines.schema import empty_relation_sql
 from servlens.errors import ConfigError
@@ -22,6 +23,9 @@ SESSION_CONF = {
     "spark.ui.showConsoleProgress": "false",
 }
 LOCAL_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+# A JVM this process starts itself (spark:local) runs the whole job in its driver: the default 1 GB ran out of memory
+# on every built-in rule over four runs. It only takes effect before the JVM starts, so it is set for local only.
+LOCAL_DRIVER_CONF = {"spark.driver.memory": "2g"}
 
 
 class SparkEngine(Engine):
@@ -40,7 +44,7 @@ class SparkEngine(Engine):
         else:
             master = url[len("spark:"):] if url.startswith("spark:local") else url
             builder = builder.master(master)
-            settings = LOCAL_CONF | settings
+            settings = LOCAL_CONF | (LOCAL_DRIVER_CONF if url.startswith("spark:local") else {}) | settings
         for key, value in settings.items():
             builder = builder.config(key, value)
         try:
@@ -50,6 +54,8 @@ class SparkEngine(Engine):
                               "Check that Java 17+ is installed and the master or Connect URL is reachable") from None
         if not url.startswith("sc://"):
             self.spark.sparkContext.setLogLevel("OFF")  # a refused query is one sentence from servlens, not a log
+        # pyspark logs every refused query again, as a JSON record with the JVM's stack trace, from Python
+        logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
 
     def _bind_parquet(self, table: str, dirs: list[Path]) -> None:
         if dirs:
@@ -63,6 +69,7 @@ class SparkEngine(Engine):
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
         table = self.spark.sql(native_sql).limit(limit).toArrow()
         self.last_columns = list(table.column_names)
+        self.last_types = arrow_types(table.schema)
         return table.to_pylist()
 
     def execute(self, native_sql: str) -> None:

@@ -101,7 +101,8 @@ def check_parity(reference_engine, engine) -> None:
 
 def test_exact_quantiles_never_become_approximate():
     sql = "SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY ttft_s), quantile_cont(e2e_s, 0.5) FROM requests"
-    assert translate(sql, "spark") == "SELECT PERCENTILE(ttft_s, 0.99), PERCENTILE(e2e_s, 0.5) FROM requests"
+    assert translate(sql, "spark") == ("SELECT PERCENTILE(ttft_s, 0.99), PERCENTILE(e2e_s, 0.5) "
+                                       "FROM requests AS requests")
     assert translate(sql, "chdb") == ("SELECT quantileExactInclusive(0.99)(ttft_s), quantileExactInclusive(0.5)(e2e_s) "
                                       "FROM requests")
     assert "median" not in translate("SELECT median(x) FROM t", "clickhouse").lower()  # ClickHouse median samples
@@ -114,7 +115,8 @@ def test_timestamps_keep_microseconds_on_clickhouse():
 
 def test_group_by_all_is_expanded_by_position():
     out = translate("SELECT run, labels['m'] AS m, count(*) AS n FROM metric_samples GROUP BY ALL", "spark")
-    assert out == "SELECT run, TRY_ELEMENT_AT(labels, 'm') AS m, COUNT(*) AS n FROM metric_samples GROUP BY 1, 2"
+    assert out == ("SELECT run, TRY_ELEMENT_AT(labels, 'm') AS m, COUNT(*) AS n FROM metric_samples AS metric_samples "
+                   "GROUP BY 1, 2")
 
 
 def test_regr_slope_on_clickhouse_is_null_without_pairs():
@@ -209,7 +211,7 @@ def test_chdb_gives_duckdbs_discrete_quantiles_and_lists(duckdb_engine, chdb_eng
 def test_spark_printf_keeps_null_and_divides_as_doubles():
     out = translate("SELECT printf('%,d', CAST(round(n) AS BIGINT)) AS s, a / b AS r FROM t", "spark")
     assert out.startswith("SELECT CASE WHEN CAST(ROUND(n) AS BIGINT) IS NULL THEN NULL ELSE FORMAT_STRING('%,d', ")
-    assert out.endswith("TRY_DIVIDE(CAST(a AS DOUBLE), b) AS r FROM t")
+    assert out.endswith("TRY_DIVIDE(CAST(a AS DOUBLE), b) AS r FROM t AS t")
 
 
 def test_spark_printf_refuses_a_conversion_it_does_not_map():
