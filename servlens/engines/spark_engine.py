@@ -70,7 +70,9 @@ class SparkEngine(Engine):
         table = self.spark.sql(native_sql).limit(limit).toArrow()
         self.last_columns = list(table.column_names)
         self.last_types = arrow_types(table.schema)
-        return table.to_pylist()
+        # collect_list over no row is [] where DuckDB's list() is NULL (rule SL010's levels list): an empty array
+        # reads as NULL (no list), as the ClickHouse engines read theirs
+        return [{k: (None if isinstance(v, list) and not v else v) for k, v in row.items()} for row in table.to_pylist()]
 
     def execute(self, native_sql: str) -> None:
         self.spark.sql(native_sql)

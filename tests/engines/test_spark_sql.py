@@ -60,7 +60,7 @@ def test_the_metrics_row_is_typed_literals_on_spark(spark_local_engine):
     conn = EngineConnection(spark_local_engine)
     conn.execute(METRICS_SQL)
     assert conn.views["rule_metrics"] == ('SELECT CAST(60 AS BIGINT) AS "n", CAST(NULL AS DOUBLE) AS "share", '
-                                          'CAST(NULL AS VARCHAR) AS "none_model", CAST([] AS VARCHAR[]) AS "models"')
+                                          'CAST(NULL AS VARCHAR) AS "none_model", CAST(NULL AS VARCHAR[]) AS "models"')
     assert conn.execute(READ_METRICS).fetchall() == [(60, 1, 1.0)]
 
 
