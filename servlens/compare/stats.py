@@ -234,6 +234,11 @@ def log_ratio_interval(before: QuantileSide, after: QuantileSide, logs: np.ndarr
     return est, low, high
 
 
+def _occupied(cdf: np.ndarray) -> tuple[int, int]:
+    """The first and last columns of a CDF that hold requests."""
+    mass = np.flatnonzero(np.diff(np.r_[0.0, cdf]) > 0)
+    return int(mass[0]), int(mass[-1])
+
 
 @dataclass
 class QuantileRatio:
@@ -264,14 +269,14 @@ class QuantileRatio:
               reference_alpha: float) -> "QuantileRatio":
         def at_an_end(side: QuantileSide) -> bool:
             lo, hi = side.interval(reference_alpha)
-            mass = np.flatnonzero(np.diff(np.r_[0.0, side.cdf]) > 0)
-            return lo <= mass[0] or hi >= mass[-1]
+            first, last = _occupied(side.cdf)
+            return lo <= first or hi >= last
         return cls(before, after, logs, make_shift() if at_an_end(before) or at_an_end(after) else None)
 
     @property
     def df(self) -> int:
-        return min(self.before.df, self.after.df, self.shift.df) if self.combined else min(self.before.df,
-                                                                                                self.after.df)
+        # the scale-shift test uses min(before.df, after.df) too (engine._judge_latency)
+        return min(self.before.df, self.after.df)
 
     def interval(self, alpha: float) -> tuple[float, float, float]:
         if not self.combined:
@@ -289,13 +294,8 @@ class ScaleShift:
     CDFs are compared at their pooled q-quantile x*: D(k) = F̂_a(x*·r) − F̂_b(x*), whose variance is each run's
     batch-means variance of its CDF at that point (paired: less twice their covariance), never below the
     independent-requests variance at q. The interval is the run of shifts around the estimate that the test does
-    not reject at t(df) — a generalised median test, inverted the way Hodges–Lehmann invert a rank test.
-
-    Why not each run's own quantile interval combined: with a few dozen requests, ten batches and a Holm level,
-    t·se at the quantile exceeds the distance to the CDF's end, and each run's interval then reaches its most
-    extreme request (a cold-start request, a load spike), so a ×8 fall read "anything from ×0.05 to ×2.6". The
-    two-sample test asks only where the runs overlap: where one run has no requests, its CDF is exactly 0 or 1 and
-    contributes no variance.
+    not reject at t(df) — a generalised median test, inverted the way Hodges–Lehmann invert a rank test. Where one
+    run has no requests its CDF is exactly 0 or 1 and contributes no variance (QuantileRatio says when it is used).
     """
 
     shifts: np.ndarray        # (K,) candidate shifts in bins, ascending
@@ -355,16 +355,12 @@ def scale_shift(before: Side, after: Side, weights: np.ndarray, values: np.ndarr
     k_windows = max(before.batches, after.batches, 1)
     cdf_b, sums_b, iid_b = _dense_cdf_terms(before, weights, pos, length, k_windows)
     cdf_a, sums_a, iid_a = _dense_cdf_terms(after, weights, pos, length, k_windows)
-    scale_b = before.batches / (before.batches - 1) if before.batches > 1 else 0.0
-    scale_a = after.batches / (after.batches - 1) if after.batches > 1 else 0.0
-    scale_p = k_windows / (k_windows - 1) if k_windows > 1 else 0.0
-    bm_b, bm_a = scale_b * (sums_b**2).sum(axis=0), scale_a * (sums_a**2).sum(axis=0)
+    def scale(b: int) -> float:      # the batch-means factor B/(B−1); one batch has no spread to measure
+        return b / (b - 1) if b > 1 else 0.0
+    bm_b, bm_a = scale(before.batches) * (sums_b**2).sum(axis=0), scale(after.batches) * (sums_a**2).sum(axis=0)
     floor = q * (1 - q) * (iid_b + iid_a)
 
-    def occupied(cdf):
-        mass = np.diff(np.r_[0.0, cdf]) > 0
-        return int(np.argmax(mass)), int(length - 1 - np.argmax(mass[::-1]))
-    (b_lo, b_hi), (a_lo, a_hi) = occupied(cdf_b), occupied(cdf_a)
+    (b_lo, b_hi), (a_lo, a_hi) = _occupied(cdf_b), _occupied(cdf_a)
     shifts = np.arange(a_lo - b_hi - 1, a_hi - b_lo + 2)
 
     def at(cdf, x):
@@ -386,7 +382,7 @@ def scale_shift(before: Side, after: Side, weights: np.ndarray, values: np.ndarr
     v_b = np.where(inside_b, bm_b[cb], 0.0)
     v_a = np.where(inside_a, bm_a[ca], 0.0)
     if paired:
-        shared = scale_p * np.where(inside_b & inside_a, (sums_b[:, cb] * sums_a[:, ca]).sum(axis=0), 0.0)
+        shared = scale(k_windows) * np.where(inside_b & inside_a, (sums_b[:, cb] * sums_a[:, ca]).sum(axis=0), 0.0)
         var = np.maximum(v_b + v_a - 2 * shared, floor)
     else:
         var = np.maximum(v_b, q * (1 - q) * iid_b) + np.maximum(v_a, q * (1 - q) * iid_a)
