@@ -25,6 +25,7 @@ optionally `reason`, and any other columns become evidence metrics.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -154,9 +155,19 @@ T_AT = "coalesce(t_arrival, t_first_token, t_end)"
 # copy through the table; benchmarks/RESULTS.md).
 SCOPE_REQUESTS_SQL = """
 CREATE OR REPLACE TEMP TABLE scope_requests AS
-SELECT *, {t_at} AS t_at, {t_window} AS t_window
+SELECT * {replace_attrs}, {t_at} AS t_at, {t_window} AS t_window
 FROM requests WHERE {where}
 """
+
+# The attrs keys built-in rules read (tests/analysis/test_scope_attrs.py checks every built-in rule against it).
+# Copying each row's attrs JSON into every scope table was three quarters of the copy's time (1M lean LiteLLM rows:
+# 18.1 s CPU with attrs, 4.5 s without; benchmarks/RESULTS.md), for three keys few logs carry. So when no selected
+# rule reads attrs beyond these keys, a row keeps its attrs only when the text names one of them, and any other
+# row's attrs is '{}': every value those rules read, and which rows have attrs at all, are unchanged. A user rule
+# that names attrs (or a user Python detector, which may read anything) gets every row's attrs as stored.
+BUILTIN_ATTRS_KEYS = ("prefix_blocks", "ignore_eos", "parallel")
+_NAMED_KEYS = " OR ".join(f"contains(attrs, '\"{key}\"')" for key in BUILTIN_ATTRS_KEYS)
+SCOPE_ATTRS_KEYS_ONLY = f"REPLACE (CASE WHEN {_NAMED_KEYS} THEN attrs WHEN attrs IS NOT NULL THEN '{{}}' END AS attrs)"
 
 # Every window of the scope's layout (servlens/analysis/windows.py), so SQL rules see the windows Python ones do.
 SCOPE_WINDOWS_SQL = """
@@ -199,9 +210,9 @@ WHERE ((type = 'counter' AND series = 'value') OR (type IN ('histogram', 'summar
 """
 
 
-def set_scope_views(con: duckdb.DuckDBPyConnection, scope: Scope) -> WindowSpec | None:
+def set_scope_views(con: duckdb.DuckDBPyConnection, scope: Scope, all_attrs: bool = True) -> WindowSpec | None:
     """Point the scope views at `scope` (and make sure the roles table and the rule functions exist); the scope's
-    window layout, None when no request has a time."""
+    window layout, None when no request has a time. `all_attrs=False` keeps only the attrs built-in rules read."""
     metric_roles.install(con)
     format_columns.install(con)
     sql_functions.register(con)
@@ -209,7 +220,8 @@ def set_scope_views(con: duckdb.DuckDBPyConnection, scope: Scope) -> WindowSpec 
     t0, t1 = con.execute(f"SELECT min({T_AT}), max({T_AT}) FROM requests WHERE {where}").fetchone()
     spec = spec_for(t0, t1) if t0 is not None else None
     t_window = spec.index_sql(T_AT) if spec else "CAST(NULL AS INTEGER)"
-    con.execute(SCOPE_REQUESTS_SQL.format(where=where, t_at=T_AT, t_window=t_window))
+    con.execute(SCOPE_REQUESTS_SQL.format(where=where, t_at=T_AT, t_window=t_window,
+                                          replace_attrs="" if all_attrs else SCOPE_ATTRS_KEYS_ONLY))
     if spec:
         con.execute(SCOPE_WINDOWS_SQL.format(t0=t0.isoformat(sep=" "), width_us=int(round(spec.width_s * 1e6)),
                                              width_s=spec.width_s, count=spec.count))
@@ -305,9 +317,22 @@ def _run_state_column_sql(ctx: DetectorContext) -> dict:
     return result
 
 
-def prepare_scope(con: duckdb.DuckDBPyConnection, scope: Scope) -> tuple[set[str], set[str]]:
+def reads_all_attrs(rule: Rule) -> bool:
+    """Whether `rule` may read attrs keys beyond BUILTIN_ATTRS_KEYS: a user rule whose SQL names attrs, or a user
+    Python detector (it may read anything)."""
+    if not is_user_rule(rule.path):
+        return False
+    return bool(rule.python) or any(re.search(r"\battrs\b", sql, re.IGNORECASE) for sql in rule_sqls(rule))
+
+
+def rule_sqls(rule: Rule) -> list[str]:
+    """Every SQL text of a rule: its detector's and, for a contract rule, its views, decisions and evidence."""
+    return [rule.sql or ""] + ([sql for _, sql in rule.contract.sql_items()] if rule.contract else [])
+
+
+def prepare_scope(con: duckdb.DuckDBPyConnection, scope: Scope, all_attrs: bool = True) -> tuple[set[str], set[str]]:
     """Point the scope views at `scope`; the columns and metrics present in it (one scan, shared by all rules)."""
-    set_scope_views(con, scope)
+    set_scope_views(con, scope, all_attrs)
     return present_columns(con), present_metrics(con)
 
 
@@ -391,8 +416,9 @@ def run_rules(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str]
         source_formats = {row[0] for row in con.execute(
             f"SELECT DISTINCT format FROM sources WHERE run IN ({run_list}) AND format IS NOT NULL").fetchall()}
     findings = []
+    all_attrs = any(reads_all_attrs(rule) for rule in rules)
     for scope in list_scopes(con, runs):
-        presence = prepare_scope(con, scope)
+        presence = prepare_scope(con, scope, all_attrs)
         for rule in rules:
             findings.append(evaluate(con, rule, scope, params[rule.id], relative_clock, source_formats, presence))
     return findings
