@@ -168,6 +168,10 @@ FROM requests WHERE {where}
 BUILTIN_ATTRS_KEYS = ("prefix_blocks", "ignore_eos", "parallel")
 _NAMED_KEYS = " OR ".join(f"contains(attrs, '\"{key}\"')" for key in BUILTIN_ATTRS_KEYS)
 SCOPE_ATTRS_KEYS_ONLY = f"REPLACE (CASE WHEN {_NAMED_KEYS} THEN attrs WHEN attrs IS NOT NULL THEN '{{}}' END AS attrs)"
+# The same copy when no row of the runs names a key (one scan per analysis, not per scope): it then reads only
+# attrs' NULL mask, not its text (1M lean LiteLLM rows, 8 scopes: 20-25 s CPU -> 7-8 s; benchmarks/RESULTS.md).
+SCOPE_ATTRS_NONE_NAMED = "REPLACE (CASE WHEN attrs IS NOT NULL THEN CAST('{}' AS JSON) END AS attrs)"
+ATTRS_COPIES = {"all": "", "keys": SCOPE_ATTRS_KEYS_ONLY, "none named": SCOPE_ATTRS_NONE_NAMED}
 
 # Every window of the scope's layout (servlens/analysis/windows.py), so SQL rules see the windows Python ones do.
 SCOPE_WINDOWS_SQL = """
@@ -210,9 +214,9 @@ WHERE ((type = 'counter' AND series = 'value') OR (type IN ('histogram', 'summar
 """
 
 
-def set_scope_views(con: duckdb.DuckDBPyConnection, scope: Scope, all_attrs: bool = True) -> WindowSpec | None:
+def set_scope_views(con: duckdb.DuckDBPyConnection, scope: Scope, attrs_copy: str = "all") -> WindowSpec | None:
     """Point the scope views at `scope` (and make sure the roles table and the rule functions exist); the scope's
-    window layout, None when no request has a time. `all_attrs=False` keeps only the attrs built-in rules read."""
+    window layout, None when no request has a time. `attrs_copy` is a key of ATTRS_COPIES (see attrs_copy_for)."""
     metric_roles.install(con)
     format_columns.install(con)
     sql_functions.register(con)
@@ -221,7 +225,7 @@ def set_scope_views(con: duckdb.DuckDBPyConnection, scope: Scope, all_attrs: boo
     spec = spec_for(t0, t1) if t0 is not None else None
     t_window = spec.index_sql(T_AT) if spec else "CAST(NULL AS INTEGER)"
     con.execute(SCOPE_REQUESTS_SQL.format(where=where, t_at=T_AT, t_window=t_window,
-                                          replace_attrs="" if all_attrs else SCOPE_ATTRS_KEYS_ONLY))
+                                          replace_attrs=ATTRS_COPIES[attrs_copy]))
     if spec:
         con.execute(SCOPE_WINDOWS_SQL.format(t0=t0.isoformat(sep=" "), width_us=int(round(spec.width_s * 1e6)),
                                              width_s=spec.width_s, count=spec.count))
@@ -330,9 +334,18 @@ def rule_sqls(rule: Rule) -> list[str]:
     return [rule.sql or ""] + ([sql for _, sql in rule.contract.sql_items()] if rule.contract else [])
 
 
-def prepare_scope(con: duckdb.DuckDBPyConnection, scope: Scope, all_attrs: bool = True) -> tuple[set[str], set[str]]:
+def attrs_copy_for(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str]) -> str:
+    """How the scope tables copy attrs for these rules on these runs: every key when a rule may read any."""
+    if any(reads_all_attrs(rule) for rule in rules):
+        return "all"
+    run_list = ", ".join(sql_literal(r) for r in runs) or "NULL"
+    named = con.execute(f"SELECT bool_or({_NAMED_KEYS}) FROM requests WHERE run IN ({run_list})").fetchone()[0]
+    return "keys" if named else "none named"
+
+
+def prepare_scope(con: duckdb.DuckDBPyConnection, scope: Scope, attrs_copy: str = "all") -> tuple[set[str], set[str]]:
     """Point the scope views at `scope`; the columns and metrics present in it (one scan, shared by all rules)."""
-    set_scope_views(con, scope, all_attrs)
+    set_scope_views(con, scope, attrs_copy)
     return present_columns(con), present_metrics(con)
 
 
@@ -416,9 +429,9 @@ def run_rules(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str]
         source_formats = {row[0] for row in con.execute(
             f"SELECT DISTINCT format FROM sources WHERE run IN ({run_list}) AND format IS NOT NULL").fetchall()}
     findings = []
-    all_attrs = any(reads_all_attrs(rule) for rule in rules)
+    attrs_copy = attrs_copy_for(con, rules, runs)
     for scope in list_scopes(con, runs):
-        presence = prepare_scope(con, scope, all_attrs)
+        presence = prepare_scope(con, scope, attrs_copy)
         for rule in rules:
             findings.append(evaluate(con, rule, scope, params[rule.id], relative_clock, source_formats, presence))
     return findings

@@ -9,8 +9,15 @@ from pathlib import Path
 import pytest
 
 from servlens.analysis.rules import load_rule_file, load_rules
-from servlens.analysis.runner import (BUILTIN_ATTRS_KEYS, Scope, prepare_scope, reads_all_attrs, rule_sqls,
-                                      run_rules)
+from servlens.analysis.runner import (
+    BUILTIN_ATTRS_KEYS,
+    Scope,
+    attrs_copy_for,
+    prepare_scope,
+    reads_all_attrs,
+    rule_sqls,
+    run_rules,
+)
 from servlens.store.schema import open_store
 
 DETECTORS = Path(__file__).resolve().parents[2] / "servlens" / "analysis" / "detectors"
@@ -61,18 +68,30 @@ def _store():
     return con
 
 
-@pytest.mark.parametrize(("all_attrs", "expected"), [
-    (True, ['{"prefix_blocks": [1, 2], "team": "x"}', '{"team": "y", "user": "z"}', None, '{"ignore_eos": true}',
+@pytest.mark.parametrize(("attrs_copy", "expected"), [
+    ("all", ['{"prefix_blocks": [1, 2], "team": "x"}', '{"team": "y", "user": "z"}', None, '{"ignore_eos": true}',
             '{"parallel": 4}']),
-    (False, ['{"prefix_blocks": [1, 2], "team": "x"}', '{}', None, '{"ignore_eos": true}', '{"parallel": 4}']),
+    ("keys", ['{"prefix_blocks": [1, 2], "team": "x"}', '{}', None, '{"ignore_eos": true}', '{"parallel": 4}']),
+    ("none named", ['{}', '{}', None, '{}', '{}']),  # the copy for runs where no row names a key
 ])
-def test_the_scope_copy_of_attrs(all_attrs, expected):
+def test_the_scope_copy_of_attrs(attrs_copy, expected):
     con = _store()
-    columns, _ = prepare_scope(con, Scope("r", "m", None), all_attrs)
+    columns, _ = prepare_scope(con, Scope("r", "m", None), attrs_copy)
     got = con.execute("SELECT CAST(attrs AS VARCHAR) FROM scope_requests ORDER BY source_line").fetchall()
     assert [row[0] for row in got] == expected
     assert con.execute("SELECT typeof(attrs) FROM scope_requests LIMIT 1").fetchone()[0] == "JSON"
     assert "attrs" in columns
+
+
+def test_the_copy_is_chosen_from_the_rules_and_the_runs(tmp_path):
+    con = _store()
+    rules = load_rules([])
+    assert attrs_copy_for(con, rules, ["r"]) == "keys"
+    con.execute("UPDATE requests SET attrs = '{\"team\": \"y\"}' WHERE attrs IS NOT NULL")
+    assert attrs_copy_for(con, rules, ["r"]) == "none named"
+    named = tmp_path / "UR001-window-error-rate.toml"
+    named.write_text(SQL_USER_RULE.read_text().replace("sl_status_known(r)", "sl_status_known(r) AND r.attrs IS NULL", 1))
+    assert attrs_copy_for(con, [*rules, load_rule_file(named)], ["r"]) == "all"
 
 
 def test_findings_are_the_same_with_every_attrs_copied(tmp_path):
