@@ -167,11 +167,13 @@ FROM requests WHERE {where}
 # that names attrs (or a user Python detector, which may read anything) gets every row's attrs as stored.
 BUILTIN_ATTRS_KEYS = ("prefix_blocks", "ignore_eos", "parallel")
 _NAMED_KEYS = " OR ".join(f"contains(attrs, '\"{key}\"')" for key in BUILTIN_ATTRS_KEYS)
-SCOPE_ATTRS_KEYS_ONLY = f"REPLACE (CASE WHEN {_NAMED_KEYS} THEN attrs WHEN attrs IS NOT NULL THEN '{{}}' END AS attrs)"
-# The same copy when no row of the runs names a key (one scan per analysis, not per scope): it then reads only
-# attrs' NULL mask, not its text (1M lean LiteLLM rows, 8 scopes: 20-25 s CPU -> 7-8 s; benchmarks/RESULTS.md).
-SCOPE_ATTRS_NONE_NAMED = "REPLACE (CASE WHEN attrs IS NOT NULL THEN CAST('{}' AS JSON) END AS attrs)"
-ATTRS_COPIES = {"all": "", "keys": SCOPE_ATTRS_KEYS_ONLY, "none named": SCOPE_ATTRS_NONE_NAMED}
+ATTRS_COPIES = {
+    "all": "",
+    "keys": f"REPLACE (CASE WHEN {_NAMED_KEYS} THEN attrs WHEN attrs IS NOT NULL THEN CAST('{{}}' AS JSON) END AS attrs)",
+    # the same copy when no row of the runs names a key (one scan per analysis decides it): it then reads only
+    # attrs' NULL mask, not its text (1M lean LiteLLM rows, 8 scopes: 20-25 s CPU -> 7-8 s; benchmarks/RESULTS.md)
+    "none named": "REPLACE (CASE WHEN attrs IS NOT NULL THEN CAST('{}' AS JSON) END AS attrs)",
+}
 
 # Every window of the scope's layout (servlens/analysis/windows.py), so SQL rules see the windows Python ones do.
 SCOPE_WINDOWS_SQL = """
@@ -326,19 +328,14 @@ def reads_all_attrs(rule: Rule) -> bool:
     Python detector (it may read anything)."""
     if not is_user_rule(rule.path):
         return False
-    return bool(rule.python) or any(re.search(r"\battrs\b", sql, re.IGNORECASE) for sql in rule_sqls(rule))
+    return bool(rule.python) or any(re.search(r"\battrs\b", sql, re.IGNORECASE) for _, sql in rule.sql_items())
 
 
-def rule_sqls(rule: Rule) -> list[str]:
-    """Every SQL text of a rule: its detector's and, for a contract rule, its views, decisions and evidence."""
-    return [rule.sql or ""] + ([sql for _, sql in rule.contract.sql_items()] if rule.contract else [])
-
-
-def attrs_copy_for(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str]) -> str:
-    """How the scope tables copy attrs for these rules on these runs: every key when a rule may read any."""
+def attrs_copy_for(con: duckdb.DuckDBPyConnection, rules: list[Rule], run_list: str) -> str:
+    """How the scope tables copy attrs (a key of ATTRS_COPIES) for these rules on the runs of `run_list` (SQL
+    literals): every key when a rule may read any."""
     if any(reads_all_attrs(rule) for rule in rules):
         return "all"
-    run_list = ", ".join(sql_literal(r) for r in runs) or "NULL"
     named = con.execute(f"SELECT bool_or({_NAMED_KEYS}) FROM requests WHERE run IN ({run_list})").fetchone()[0]
     return "keys" if named else "none named"
 
@@ -429,7 +426,7 @@ def run_rules(con: duckdb.DuckDBPyConnection, rules: list[Rule], runs: list[str]
         source_formats = {row[0] for row in con.execute(
             f"SELECT DISTINCT format FROM sources WHERE run IN ({run_list}) AND format IS NOT NULL").fetchall()}
     findings = []
-    attrs_copy = attrs_copy_for(con, rules, runs)
+    attrs_copy = attrs_copy_for(con, rules, run_list)
     for scope in list_scopes(con, runs):
         presence = prepare_scope(con, scope, attrs_copy)
         for rule in rules:

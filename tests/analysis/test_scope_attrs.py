@@ -15,7 +15,6 @@ from servlens.analysis.runner import (
     attrs_copy_for,
     prepare_scope,
     reads_all_attrs,
-    rule_sqls,
     run_rules,
 )
 from servlens.store.schema import open_store
@@ -34,7 +33,7 @@ def test_built_in_rules_read_only_the_kept_attrs_keys():
     rules = load_rules([])
     readers = set()
     for rule in rules:
-        sql = _without_comments("\n".join(rule_sqls(rule)))
+        sql = _without_comments("\n".join(sql for _, sql in rule.sql_items()))
         for match in ATTRS_USE.finditer(sql):
             key = match.group(1) or match.group(2)
             assert key in BUILTIN_ATTRS_KEYS, f"{rule.id} reads attrs key {key!r}: add it to BUILTIN_ATTRS_KEYS"
@@ -45,7 +44,7 @@ def test_built_in_rules_read_only_the_kept_attrs_keys():
     assert readers == {"SL001", "SL002", "SL012"}
     for detector in DETECTORS.glob("*.py"):
         code = "\n".join(line.split("#")[0] for line in detector.read_text().splitlines())
-        assert not re.search(r"\battrs\b", re.sub(r"--[^\n]*", "", code)), detector.name
+        assert not re.search(r"\battrs\b", _without_comments(code)), detector.name
 
 
 def test_a_user_rule_that_names_attrs_gets_all_of_them(tmp_path):
@@ -86,12 +85,12 @@ def test_the_scope_copy_of_attrs(attrs_copy, expected):
 def test_the_copy_is_chosen_from_the_rules_and_the_runs(tmp_path):
     con = _store()
     rules = load_rules([])
-    assert attrs_copy_for(con, rules, ["r"]) == "keys"
+    assert attrs_copy_for(con, rules, "'r'") == "keys"
     con.execute("UPDATE requests SET attrs = '{\"team\": \"y\"}' WHERE attrs IS NOT NULL")
-    assert attrs_copy_for(con, rules, ["r"]) == "none named"
+    assert attrs_copy_for(con, rules, "'r'") == "none named"
     named = tmp_path / "UR001-window-error-rate.toml"
     named.write_text(SQL_USER_RULE.read_text().replace("sl_status_known(r)", "sl_status_known(r) AND r.attrs IS NULL", 1))
-    assert attrs_copy_for(con, [*rules, load_rule_file(named)], ["r"]) == "all"
+    assert attrs_copy_for(con, [*rules, load_rule_file(named)], "'r'") == "all"
 
 
 def test_findings_are_the_same_with_every_attrs_copied(tmp_path):
