@@ -215,9 +215,11 @@ def test_html_goes_through_the_report_renderer(cli_runner, store_path):
 
 def test_rules_list_explain_and_test(cli_runner):
     listing = invoke(cli_runner, ["rules", "list"]).output.splitlines()
-    assert listing[0].split() == ["ID", "NAME", "SEVERITY", "STATUS", "NEEDS", "(any", "one", "of)"]
+    assert listing[0].split() == ["ID", "NAME", "SEVERITY", "STATUS", "ENGINES", "NEEDS", "(any", "one", "of)"]
     # Columns are as wide as the longest name, which grows as rules are added: compare the fields.
-    assert listing[4].split()[:5] == ["SL004", "queue-driven-ttft-spike", "warning", "stable", "per-request"]
+    assert listing[4].split()[:6] == ["SL004", "queue-driven-ttft-spike", "warning", "stable", "duckdb,chdb",
+                                      "per-request"]
+    assert listing[3].split()[4] == "duckdb,chdb,spark"  # SL003, SQL-first
     explain = invoke(cli_runner, ["rules", "explain", "sl003"]).output
     assert explain.startswith("# reasoning-content-leakage (SL003)\n")
     assert "## What it detects" in explain and "- max_leak_share = 0.002 (a number from 0 to 1): 0.2% was" in explain

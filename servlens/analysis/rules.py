@@ -57,6 +57,9 @@ from servlens.store.schema import REQUEST_COLUMNS
 
 SEVERITIES = ("info", "warning", "critical")
 STATUSES = ("preview", "stable", "deprecated")
+# The engines a rule's `engines` key may name: where its parity with DuckDB (the reference) is tested
+# (tests/engines). chdb is ClickHouse's own server code in-process, so it stands for a ClickHouse server too.
+ENGINES = ("duckdb", "chdb", "spark")
 STATES = ("fired", "clear", "not_evaluable")
 # The documentation's headings, in this order (checked by the loader, printed by `servlens rules explain`).
 DOC_HEADINGS = (
@@ -90,6 +93,7 @@ _TOP_KEYS = {
     "params": "a table of [params.NAME] tables",
     "aliases": "a list of old rule ids",
     "why_python": "why this detector is Python (required with detector.python)",
+    "engines": "the engines its parity with DuckDB is tested on: " + ", ".join(ENGINES),
     "views": "a table of NAME = SQL (SQL detectors)",
     "decide": "a table with fired, not_evaluable, reason, [[decide.severity]] (SQL detectors)",
     "summary": "a table with fired, clear, not_evaluable templates (SQL detectors)",
@@ -151,6 +155,7 @@ class Rule:
     contract: Contract | None = None
     aliases: tuple[str, ...] = ()
     why_python: str | None = None
+    engines: tuple[str, ...] = ("duckdb",)   # where its parity with DuckDB is tested (`engines` key)
     uses: dict | None = None          # a Python detector's USES, once check_uses has read it
 
     @property
@@ -332,6 +337,11 @@ def parse_rule(data: dict, path: Path) -> Rule:
         raise _bad(path, "aliases", "must be a list of rule ids", "e.g. aliases = [\"SL104\"]")
     if data["id"] in aliases:
         raise _bad(path, "aliases", f"names the rule's own id {data['id']}", "old ids only")
+    engines = data.get("engines", ["duckdb"])
+    if (not isinstance(engines, list) or "duckdb" not in engines
+            or not all(isinstance(e, str) and e in ENGINES for e in engines)):
+        raise _bad(path, "engines", "must be a list of engine names that includes duckdb",
+                   "e.g. engines = [\"duckdb\", \"chdb\"] (" + ", ".join(ENGINES) + ")")
 
     params: dict[str, Param] = {}
     raw_params = data.get("params", {})
@@ -421,6 +431,7 @@ def parse_rule(data: dict, path: Path) -> Rule:
         contract=contract,
         aliases=tuple(aliases),
         why_python=why_python.strip() if why_python else None,
+        engines=tuple(e for e in ENGINES if e in engines),
     )
 
 

@@ -118,6 +118,13 @@ class DetectorContext:
         found = self.rows(sql, params)
         return found[0] if found else {}
 
+    def has_temp_table(self, name: str) -> bool:
+        """Whether an earlier call made the temp table `name` on this connection (a cache kept across scopes)."""
+        if not isinstance(self.con, duckdb.DuckDBPyConnection):
+            return name in self.con.views  # an engine's connection keeps its temp tables as views of the scope
+        return bool(self.con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?",
+                                     [name]).fetchone()[0])
+
     @property
     def window(self) -> WindowSpec | None:
         """The scope's window layout, or None when no request has a time."""

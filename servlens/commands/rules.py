@@ -30,7 +30,8 @@ _rules_option = click.option("--rules", "rules_dirs", multiple=True, type=click.
 @rules.command("list")
 @_rules_option
 def list_rules(rules_dirs):
-    """List every rule: id, name, severity, status and the data it needs (any one evidence path).
+    """List every rule: id, name, severity, status, the engines its parity with DuckDB is tested on, and the data
+    it needs (any one evidence path).
 
     \b
     Example:
@@ -41,10 +42,14 @@ def list_rules(rules_dirs):
 
     found = load_rules(list(rules_dirs))
     width = max(len(r.name) for r in found)
-    click.echo(f"{'ID':<7} {'NAME':<{width}} {'SEVERITY':<9} {'STATUS':<10} NEEDS (any one of)")
+    engines_width = max(len("ENGINES"), *(len(",".join(r.engines)) for r in found))
+    click.echo(f"{'ID':<7} {'NAME':<{width}} {'SEVERITY':<9} {'STATUS':<10} {'ENGINES':<{engines_width}} "
+               "NEEDS (any one of)")
     for rule in found:
         needs = " | ".join(req.name for req in rule.requires)
-        click.echo(f"{rule.id:<7} {rule.name:<{width}} {rule.severity:<9} {rule.status:<10} {needs}")
+        engines = ",".join(rule.engines)
+        click.echo(f"{rule.id:<7} {rule.name:<{width}} {rule.severity:<9} {rule.status:<10} "
+                   f"{engines:<{engines_width}} {needs}")
 
 
 @rules.command("explain")

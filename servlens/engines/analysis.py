@@ -3,11 +3,12 @@
 - `--engine duckdb --table parquet:DIR` (or no --engine): DuckDB reads the export in place as a store (views over
   the Parquet files, the runs and sources from the export's manifest), and the whole analysis runs as on the store:
   every rule, the workload profile, chains and goodput. This is the reference the other engines are held to.
-- any other engine: the scope views become CTEs of each query (nothing is created on the engine), every SQL rule's
-  SQL goes through servlens' function map, and only its one metrics row comes back. A rule whose detector is Python
-  reads DuckDB and is *not evaluable* on that engine, with that reason; it is never skipped silently. The runner's
-  own finishing (requirements, states, severities, thresholds) is the same code for every engine: the engine stands
-  behind a connection adapter (EngineConnection) that the runner's SQL detector path talks to.
+- any other engine: the scope views become CTEs of each query (or scratch tables of the engine's session), every
+  rule's SQL goes through servlens' function map, and only aggregates come back. A Python detector runs here too:
+  its queries go through the same connection adapter (EngineConnection), so they run on the engine like a SQL rule's.
+  A rule whose SQL the engine refuses is *not evaluable* there, with the engine's words; it is never skipped
+  silently. A rule's `engines` key says where its parity with DuckDB is tested (`servlens rules list`). The
+  runner's own finishing (requirements, states, severities, thresholds) is the same code for every engine.
 """
 
 from __future__ import annotations
@@ -259,14 +260,6 @@ def _scopes(engine: Engine, runs: list[str]) -> list[Scope]:
     return scopes
 
 
-def not_portable_reason(rule: Rule, engine: Engine) -> str | None:
-    """Why the rule cannot run on the engine (None when it can)."""
-    if rule.python:
-        return (f"not evaluable on {engine.name}: {rule.id}'s detector is Python and reads the DuckDB store; "
-                "run it with --engine duckdb (--table parquet:DIR reads the same export)")
-    return None
-
-
 def engine_coverage(engine: Engine, runs: list[str]) -> dict:
     """The document's coverage, from aggregates on the engine (the sources from an export's manifest)."""
     run_list = ", ".join(sql_literal(r) for r in runs)
@@ -323,15 +316,13 @@ def analyze_on_engine(engine: Engine, rules: list[Rule], runs: list[str] | None 
         base_views = dict(conn.views)
         presence = _present(conn)
         for rule in rules:
-            reason = not_portable_reason(rule, engine)
-            if reason is None:
-                try:
-                    findings.append(evaluate(conn, rule, scope, params[rule.id],
-                                             cover["time_span"]["relative_clock"], formats, presence))
-                    continue
-                except EngineError as exc:  # one rule the engine refuses: not evaluable there, the rest goes on
-                    conn.views = dict(base_views)
-                    reason = f"not evaluable on {engine.name}: the engine refused {rule.id}'s SQL: {exc.engine_message}"
+            try:
+                findings.append(evaluate(conn, rule, scope, params[rule.id],
+                                         cover["time_span"]["relative_clock"], formats, presence))
+                continue
+            except EngineError as exc:  # one rule the engine refuses: not evaluable there, the rest goes on
+                conn.views = dict(base_views)
+                reason = f"not evaluable on {engine.name}: the engine refused {rule.id}'s SQL: {exc.engine_message}"
             columns, metrics = presence
             available = [req for req in rule.requires
                          if all(c in columns for c in req.columns) and all(m in metrics for m in req.metrics)]

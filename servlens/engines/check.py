@@ -4,8 +4,8 @@ the engine itself: its version, its function list (ClickHouse `system.functions`
 
 For every piece of SQL servlens would send (the function map's own forms, each SQL rule's detector, decide and
 evidence SQL) the check translates it for the engine, lists the functions the translation calls, and names those the
-engine lacks. A rule with a Python detector runs on the DuckDB store only: it is reported as not portable with its
-reason, never as runnable.
+engine lacks. A Python detector builds its SQL as it runs, so it cannot be checked in advance: it is reported as
+running where its parity with DuckDB is tested (the rule's `engines` key), and as untested elsewhere.
 """
 
 from __future__ import annotations
@@ -160,9 +160,11 @@ def check_engine(engine: Engine, rules: list, tables_bound: bool) -> dict:
     for rule in rules:
         pieces = rule_sql(rule)
         if getattr(rule, "python", None):
-            verdicts.append({"rule": rule.id, "runs": engine.name == "duckdb", "checks": [],
-                             "reason": None if engine.name == "duckdb" else
-                             "a Python detector: it reads the DuckDB store, not SQL the engine can run"})
+            tested = tested_on(rule, engine)
+            verdicts.append({"rule": rule.id, "runs": tested, "checks": [],
+                             "reason": None if tested else
+                             "a Python detector, whose SQL is built as it runs: its parity is tested on "
+                             + ", ".join(rule.engines) + " only"})
             continue
         checks = [check_sql(engine, f"{rule.id} {part}", sql, available, False) for part, sql in pieces.items()]
         bad = [c for c in checks if not c.ok]
@@ -173,6 +175,11 @@ def check_engine(engine: Engine, rules: list, tables_bound: bool) -> dict:
         "probes": [_as_dict(p) for p in probes], "missing_columns": columns, "rules": verdicts,
         "ok": all(p.ok for p in probes) and not any(columns.values()) and all(v["runs"] for v in verdicts),
     }
+
+
+def tested_on(rule, engine: Engine) -> bool:
+    """Whether the rule's parity with DuckDB is tested on this engine (a ClickHouse server is chDB's code)."""
+    return (engine.name if engine.name != "clickhouse" else "chdb") in rule.engines
 
 
 def _why(check: Check) -> str:

@@ -23,9 +23,10 @@ SESSION_CONF = {
     "spark.ui.showConsoleProgress": "false",
 }
 LOCAL_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
-# A JVM this process starts itself (spark:local) runs the whole job in its driver: the default 1 GB ran out of memory
-# on every built-in rule over four runs. It only takes effect before the JVM starts, so it is set for local only.
-LOCAL_DRIVER_CONF = {"spark.driver.memory": "2g"}
+# The driver JVM this process starts itself (spark:local, and the client-mode driver of a standalone cluster) ran out
+# of its default 1 GB on every built-in rule over four runs: local runs the whole job in it, and a cluster's driver
+# still plans every query and keeps their results. It only takes effect before the JVM starts, so not for sc://.
+DRIVER_CONF = {"spark.driver.memory": "2g"}
 
 
 class SparkEngine(Engine):
@@ -44,7 +45,7 @@ class SparkEngine(Engine):
         else:
             master = url[len("spark:"):] if url.startswith("spark:local") else url
             builder = builder.master(master)
-            settings = LOCAL_CONF | (LOCAL_DRIVER_CONF if url.startswith("spark:local") else {}) | settings
+            settings = LOCAL_CONF | DRIVER_CONF | settings
         for key, value in settings.items():
             builder = builder.config(key, value)
         try:

@@ -213,3 +213,15 @@ def test_an_alias_may_not_name_another_rule(tmp_path):
     folder = _rules_dir(tmp_path, UR001.replace('id = "UR001"', 'id = "UR001"\naliases = ["SL004"]'))
     result = CliRunner().invoke(cli, ["rules", "list", "--rules", str(folder)])
     assert "alias SL004 is already the id or an alias of" in str(result.exception)
+
+
+def test_engines_names_tested_engines_only(tmp_path):
+    """`engines` says where a rule's parity with DuckDB is tested: a list of known engines that includes duckdb."""
+    folder = _rules_dir(tmp_path, UR001.replace('id = "UR001"', 'id = "UR001"\nengines = ["duckdb", "oracle"]'))
+    result = CliRunner().invoke(cli, ["rules", "list", "--rules", str(folder)])
+    assert str(result.exception).endswith("UR001-window-error-rate.toml: engines must be a list of engine names "
+                                          'that includes duckdb. Allowed: e.g. engines = ["duckdb", "chdb"] '
+                                          "(duckdb, chdb, spark).")
+    folder = _rules_dir(tmp_path / "ok", UR001.replace('id = "UR001"', 'id = "UR001"\nengines = ["chdb", "duckdb"]'))
+    result = CliRunner().invoke(cli, ["rules", "list", "--rules", str(folder)])
+    assert result.exit_code == 0 and "duckdb,chdb" in next(l for l in result.output.splitlines() if "UR001" in l)

@@ -76,9 +76,10 @@ def _attempts_sql(run: str) -> str:
                    lag(deployment) OVER w AS prev_deployment, lag(error_type) OVER w AS prev_error_type,
                    lag({FAILED}) OVER w AS prev_failed, lag(t_end) OVER w AS prev_t_end
             FROM a
-            -- the source's attempt order; without one, end time (a start can be the client request's)
-            WINDOW w AS (PARTITION BY trace_id ORDER BY attempt, coalesce(t_end, t_at), t_at, source_line
-                         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
+            -- the source's attempt order; without one, end time (a start can be the client request's). No frame:
+            -- first_value reads the partition's first row under any frame, and ClickHouse and Spark refuse lag and
+            -- row_number over an explicit one
+            WINDOW w AS (PARTITION BY trace_id ORDER BY attempt, coalesce(t_end, t_at), t_at, source_line))
         SELECT *, (fallback_from IS NOT NULL OR (k > 1 AND model IS DISTINCT FROM first_model)) AS is_fallback,
                coalesce(fallback_from, first_model) AS origin_model
         FROM o"""
@@ -94,9 +95,7 @@ def _attempts(ctx: DetectorContext, run: str) -> dict:
     stamp = ctx.one(f"""SELECT {sql_literal(run)} || ':' || count(*) || ':' || coalesce(max(source_id), 0)
                               || ':' || coalesce(CAST(max(source_line) AS VARCHAR), '') AS s
                        FROM requests WHERE run = {sql_literal(run)}""")["s"]
-    exists = ctx.one("""SELECT count(*) AS n FROM duckdb_tables()
-                        WHERE temporary AND table_name = 'sl005_attempts_stamp'""")["n"]
-    if not (exists and ctx.one("SELECT max(stamp) AS s FROM sl005_attempts_stamp")["s"] == stamp):
+    if not (ctx.has_temp_table("sl005_attempts_stamp") and ctx.one("SELECT max(stamp) AS s FROM sl005_attempts_stamp")["s"] == stamp):
         ctx.con.execute(_attempts_sql(run))
         ctx.con.execute(f"""CREATE OR REPLACE TEMP TABLE sl005_attempts_stamp AS
                             SELECT ? AS stamp, count(*) AS n, count(trace_id) AS traced, count(attempt) AS attempts,
@@ -196,8 +195,9 @@ def _inbound(ctx: DetectorContext) -> dict:
              -- sorts before the requests at that instant, one at its end after them), not by a range join,
              -- which compared every fallback with every request of the scope.
              probe AS (SELECT row_number() OVER () AS pid, request_id, trace_id, t_at FROM fb),
-             d AS (SELECT t_at, CASE WHEN request_id IS NOT NULL THEN 1 ELSE 0 END AS dn,
-                          CASE WHEN {failed('d')} THEN 1 ELSE 0 END AS df
+             -- BIGINT counts: ClickHouse sums small literals as unsigned, and `-sum` of those is a Variant
+             d AS (SELECT t_at, CAST(CASE WHEN request_id IS NOT NULL THEN 1 ELSE 0 END AS BIGINT) AS dn,
+                          CAST(CASE WHEN {failed('d')} THEN 1 ELSE 0 END AS BIGINT) AS df
                    FROM scope_requests d WHERE t_at IS NOT NULL AND {NOT_A_FALLBACK}),
              events AS (SELECT t_at AS t, 1 AS ord, dn, df, CAST(NULL AS BIGINT) AS pid FROM d
                         UNION ALL SELECT t_at - {_interval(window)}, 0, 0, 0, pid FROM probe WHERE t_at IS NOT NULL

@@ -225,12 +225,16 @@ def _answered_later(ctx: DetectorContext, at_limit: str) -> int | None:
     none of them carries a trace and attempt (then whether the client got an answer is unknown: counted as not)."""
     if not (ctx.has("trace_id") and ctx.has("attempt")):
         return None
+    # "a later attempt answered" is "the trace's last answered attempt comes after this one": a join to one row
+    # per trace, where a correlated EXISTS inside the count is refused by ClickHouse
     row = ctx.one(f"""
         SELECT count(*) FILTER (WHERE t.trace_id IS NOT NULL AND t.attempt IS NOT NULL) AS traced,
-               count(*) FILTER (WHERE EXISTS (
-                   SELECT 1 FROM requests o WHERE o.run = {sql_literal(ctx.scope.run)} AND o.trace_id = t.trace_id
-                   AND o.attempt > t.attempt AND NOT {failed('o')})) AS answered
-        FROM sl011_requests t WHERE {at_limit}""")
+               count(*) FILTER (WHERE a.last_answered > t.attempt) AS answered
+        FROM sl011_requests t LEFT JOIN (
+            SELECT o.trace_id, max(o.attempt) AS last_answered FROM requests o
+            WHERE o.run = {sql_literal(ctx.scope.run)} AND o.trace_id IS NOT NULL AND NOT {failed('o')}
+            GROUP BY o.trace_id) a ON a.trace_id = t.trace_id
+        WHERE {at_limit}""")
     return row["answered"] if row["traced"] else None
 
 
