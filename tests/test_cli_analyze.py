@@ -217,7 +217,7 @@ def test_rules_list_explain_and_test(cli_runner):
     listing = invoke(cli_runner, ["rules", "list"]).output.splitlines()
     assert listing[0].split() == ["ID", "NAME", "SEVERITY", "STATUS", "ENGINES", "NEEDS", "(any", "one", "of)"]
     # Columns are as wide as the longest name, which grows as rules are added: compare the fields.
-    assert listing[4].split()[:6] == ["SL004", "queue-driven-ttft-spike", "warning", "stable", "duckdb,chdb",
+    assert listing[4].split()[:6] == ["SL004", "queue-driven-ttft-spike", "warning", "stable", "duckdb,chdb,spark",
                                       "per-request"]
     assert listing[3].split()[4] == "duckdb,chdb,spark"  # SL003, SQL-first
     explain = invoke(cli_runner, ["rules", "explain", "sl003"]).output

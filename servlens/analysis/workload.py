@@ -165,15 +165,13 @@ def _rate(con: duckdb.DuckDBPyConnection, t0: datetime, span: float, width: floa
     y = [rounded(v, 4) for v in (per_bucket["n"] / per_bucket["covered"]).to_list()]
     peak_s = max(width, min(PEAK_WINDOW_S, span / 4))
     k = max(1, round(peak_s / width))
-    # The peak stretch: k consecutive buckets with the most requests (a sliding sum over at most MAX_BUCKETS numbers).
-    peak = first_row(con, f"""
-        WITH all_b AS (SELECT range AS b FROM range({count})),
-             c AS (SELECT all_b.b, coalesce(n, 0) AS n FROM all_b LEFT JOIN (
-                       SELECT CAST(floor({_offset(t0, 't_at')} / {width}) AS INTEGER) AS b, count(*) AS n
-                       FROM workload_requests WHERE t_at IS NOT NULL GROUP BY 1) USING (b)),
-             s AS (SELECT b, sum(n) OVER (ORDER BY b ROWS BETWEEN CURRENT ROW AND {k - 1} FOLLOWING) AS n FROM c
-                   WHERE b <= greatest({count - k}, 0))
-        SELECT b, n FROM s ORDER BY n DESC, b LIMIT 1""")
+    # The peak stretch: the k consecutive buckets with the most requests, the earliest on a tie (a sliding sum over
+    # at most MAX_BUCKETS counts, here rather than in SQL: every engine gives the same counts, not the same series
+    # generator).
+    counts = per_bucket["n"].to_list()
+    sums = [sum(counts[b:b + k]) for b in range(max(count - k, 0) + 1)]
+    best = max(range(len(sums)), key=lambda b: (sums[b], -b))
+    peak = {"b": best, "n": sums[best]}
     start = t0 + timedelta(seconds=peak["b"] * width)
     peak_len = min(k * width, max(span, width))
     mean = buckets["n"].sum() / max(span, width)
@@ -431,14 +429,17 @@ def _context_budget(con: duckdb.DuckDBPyConnection, run: str) -> dict:
     """
     out: dict[str, Any] = {}
     # The three attrs paths from one parse of each row's JSON (a list of paths), not three.
+    # Each attrs path parsed only in rows whose text names its key (ingest writes keys literally).
     seen = first_row(con, """SELECT max(context_window) AS ctx, count(context_window) AS n,
-                               max(TRY_CAST(v[1] AS BIGINT)) AS n_ctx, max(TRY_CAST(v[2] AS BIGINT)) AS per_slot,
-                               max(TRY_CAST(v[3] AS BIGINT)) AS parallel
-                        FROM (SELECT context_window,
-                                     CASE WHEN contains(attrs, '"n_ctx') OR contains(attrs, '"parallel"')
-                                          THEN json_extract_string(attrs, ['$.n_ctx', '$.n_ctx_per_slot', '$.parallel'])
-                                     END AS v
-                              FROM workload_requests)""")
+                               max(TRY_CAST(CASE WHEN contains(attrs, '"n_ctx"')
+                                                 THEN json_extract_string(attrs, '$.n_ctx') END AS BIGINT)) AS n_ctx,
+                               max(TRY_CAST(CASE WHEN contains(attrs, '"n_ctx_per_slot"')
+                                                 THEN json_extract_string(attrs, '$.n_ctx_per_slot') END AS BIGINT))
+                                 AS per_slot,
+                               max(TRY_CAST(CASE WHEN contains(attrs, '"parallel"')
+                                                 THEN json_extract_string(attrs, '$.parallel') END AS BIGINT))
+                                 AS parallel
+                        FROM workload_requests""")
     per_seq = None
     if seen["per_slot"]:
         # llama.cpp's /props beside the log (servlens.ingest.engine_info): the context of one slot, and the slots.

@@ -380,32 +380,16 @@ def analyze_where_the_data_is(engine_url: str | None, table: str | None, store, 
         engine.close()
 
 
-# The workload profile's parts whose SQL runs on every engine through the function map (servlens/analysis/
-# workload.py is their one home); the rest reads DuckDB-only functions (generate_series, JSON block lists) and is
-# named in the profile's note instead of being left out silently.
-ENGINE_WORKLOAD_PARTS = ("lengths", "latency")
-DUCKDB_ONLY_WORKLOAD_PARTS = ("rate", "prefix_sharing", "concurrency", "context_budget")
-
-
 def engine_workload(engine: Engine, runs: list[str]) -> dict:
-    """The document's `workload` on a non-DuckDB engine: per run the counts, span, error share, lengths and
-    latencies (per model and per window), computed by the workload module's own SQL on the engine."""
+    """The document's `workload` on a non-DuckDB engine: the workload module's own profile (servlens/analysis/
+    workload.py is its one home), every query on the engine through the connection adapter; the store's `runs`
+    table comes from the export's manifest."""
     from servlens.analysis import workload
 
     conn = EngineConnection(engine)
+    manifest = engine_manifest(engine)
     profiles = {}
     for run in runs:
-        conn.views = {"workload_requests": workload.workload_requests_sql(run)}
-        base = first_row(conn, workload.BASE_SQL)
-        profile: dict[str, Any] = {"run": run, "requests": base["n"]}
-        if base["n"]:
-            span = workload.span_s(base)
-            profile |= workload.base_facts(base) | {
-                "lengths": workload._lengths(conn, base),
-                "latency": workload._latency(conn, base, workload.bucket_width(span)),
-                "note": f"{', '.join(DUCKDB_ONLY_WORKLOAD_PARTS).replace('_', ' ')} are profiled on DuckDB only "
-                        f"(not computed on {engine.name})",
-            }
-        profile["summary"] = workload._summary(run, profile)
-        profiles[run] = profile
+        conn.views = manifest_views(manifest)
+        profiles[run] = workload.run_profile(conn, run)
     return {"summary": [p.pop("summary") for p in profiles.values()], "runs": profiles}

@@ -535,8 +535,11 @@ def _ch_json_extract(node: exp.JSONExtract):
 
 def _ch_json_extract_string(node: exp.JSONExtractScalar):
     """json_extract_string(j, path): a JSON string unquoted, any other value as its JSON text, NULL for JSON null
-    and a missing path (ClickHouse's JSONExtractString gives '' for a number and for a missing key)."""
+    and a missing path (ClickHouse's JSONExtractString gives '' for a number and for a missing key). The document is
+    read as text: on attrs read from Parquet (ClickHouse's JSON type) JSONType answers 'Null' for a key that holds a
+    number."""
     keys = node.copy()
+    keys.set("this", exp.Anonymous(this="toString", expressions=[node.this.copy()]))
     raw = exp.JSONExtract(this=keys.this.copy(), expression=keys.expression.copy())
     kind = exp.Anonymous(this="JSONType", expressions=[keys.this.copy(), *_json_keys(keys.expression)])
     return exp.Case(ifs=[exp.If(this=exp.EQ(this=kind.copy(), expression=exp.Literal.string("String")), true=keys),
@@ -719,11 +722,12 @@ def _spark_div(node: exp.Div):
     return exp.Anonymous(this="try_divide", expressions=[dividend, node.expression])
 
 
-def _spark_add(node: exp.Add):
-    """ts + to_microseconds(n) -> the timestamp n µs later (Spark has no µs interval constructor for any n)."""
+def _spark_add(node: exp.Add | exp.Sub):
+    """ts ± to_microseconds(n) -> the timestamp n µs later or earlier (Spark has no µs interval constructor for
+    any n)."""
     if not _is_to_microseconds(node.expression):
         return None
-    shifted = exp.Add(this=_micros(node.this), expression=node.expression.expressions[0].copy())
+    shifted = type(node)(this=_micros(node.this), expression=node.expression.expressions[0].copy())
     stamp = exp.Anonymous(this="timestamp_micros", expressions=[exp.Cast(this=shifted, to=exp.DataType.build("BIGINT"))])
     return exp.Cast(this=stamp, to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark"))
 
@@ -974,6 +978,7 @@ _SPARK = {
     exp.Anonymous: _spark_anonymous,
     exp.RegexpFullMatch: _spark_regexp_full_match,
     exp.Add: _spark_add,
+    exp.Sub: _spark_add,
     exp.WithinGroup: _spark_percentile,
     exp.PercentileCont: _spark_percentile,
     exp.Median: _spark_percentile,

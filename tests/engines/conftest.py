@@ -28,7 +28,8 @@ SPARK_START_TIMEOUT_S = 240
 
 
 def _edge_rows(con) -> None:
-    """Ties, NULL latencies, a model with one request and one with no latency at all, in a run of its own."""
+    """Ties, NULL latencies, a model with one request and one with no latency at all, and prompt block hashes
+    (attrs.prefix_blocks, some shared, some rows without), in a run of its own."""
     t0 = datetime(2026, 11, 28, 23, 59, 50)
     rows = []
     for i in range(60):
@@ -36,11 +37,13 @@ def _edge_rows(con) -> None:
         ttft = None if model == "blank" or i % 9 == 0 else [0.25, 0.25, 0.5, 1.0, 2.5][i % 5]
         e2e = None if model == "blank" else 1.0 + (i % 7) * 0.5
         labels_finish = "length" if i % 4 == 0 else "stop"
+        blocks = None if i % 6 == 5 else f'{{"prefix_blocks": [{i % 3}, {100 + i % 5}, {1000 + i}]}}'
         rows.append(("edge", 1, i + 1, f"e{i}", model, t0 + timedelta(seconds=i * 0.5),
-                     None if ttft is None else t0 + timedelta(seconds=i * 0.5 + ttft), ttft, e2e, 10 + i, labels_finish))
+                     None if ttft is None else t0 + timedelta(seconds=i * 0.5 + ttft), ttft, e2e, 10 + i, labels_finish,
+                     blocks))
     con.executemany(
         "INSERT INTO requests (run, source_id, source_line, request_id, model, t_arrival, t_first_token, ttft_s, e2e_s,"
-        " completion_tokens, finish_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        " completion_tokens, finish_reason, attrs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     con.executemany(
         "INSERT INTO metric_samples (run, source_id, ts, name, name_raw, type, series, le, labels, value) "
         "VALUES ('edge', 2, ?, 'vllm:num_requests_waiting', 'vllm:num_requests_waiting', 'gauge', 'value', NULL, "

@@ -38,6 +38,10 @@ PARITY_CASES = [
                min(date_trunc('second', t_arrival)) AS first_second,
                max(epoch(t_arrival)) AS last_epoch_s
         FROM requests GROUP BY ALL ORDER BY run"""),
+    ("timestamps shifted by microseconds, later and earlier", """
+        SELECT run, min(t_arrival - to_microseconds(CAST(1500000 AS BIGINT))) AS earlier,
+               max(t_arrival + to_microseconds(250)) AS later
+        FROM requests GROUP BY ALL ORDER BY run"""),
     ("adaptive windows as the runner cuts them", """
         SELECT CAST(floor(date_diff('microsecond', TIMESTAMP '2026-12-01 23:11:56.656638', t_arrival) / 1e6 / 5.0)
                     AS INTEGER) AS w, count(*) AS n, quantile_cont(ttft_s, 0.99) AS p99,
@@ -202,6 +206,13 @@ def test_chdb_gives_duckdbs_discrete_quantiles_and_lists(duckdb_engine, chdb_eng
     assert not failures, "\n".join(failures)
     edge = next(r for r in duckdb_engine.query(CLICKHOUSE_CASES[0][1]) if r["run"] == "edge")
     assert (edge["n"], edge["p5"]) == (60, 12)   # the 3rd of 10..69: ClickHouse's quantileExact would give 13
+
+
+def test_a_timestamp_minus_microseconds_is_shifted_in_microseconds_on_spark():
+    """Spark has no interval of n µs: ts ± to_microseconds(n) is done on unix_micros, earlier as well as later."""
+    out = translate("SELECT t - to_microseconds(CAST(30 AS BIGINT)) AS a FROM r", "spark")
+    assert out == ("SELECT CAST(TIMESTAMP_MICROS(CAST(UNIX_MICROS(CAST(t AS TIMESTAMP)) - CAST(30 AS BIGINT) AS BIGINT))"
+                   " AS TIMESTAMP_NTZ) AS a FROM r AS r")
 
 
 # ---------------------------------------------------------------------------------------------------------------
