@@ -69,6 +69,11 @@ def cli(ctx: click.Context, db: str | None) -> None:
     ctx.obj["db"] = db
 
 
+def _out_of_memory(exc: Exception) -> bool:
+    duckdb = sys.modules.get("duckdb")  # not imported here: the CLI starts without DuckDB
+    return duckdb is not None and isinstance(exc, duckdb.OutOfMemoryException)
+
+
 def main() -> None:
     """Entry point: run the group, turning ServlensError into one line on stderr and its exit code."""
     try:
@@ -97,5 +102,15 @@ def main() -> None:
     except OSError as exc:  # a file system error no command turned into a sentence: still one line, exit 2
         where = f" ({one_line(exc.filename)})" if exc.filename else ""
         click.echo(f"Error: {one_line(exc.strerror or exc)}{where}.", err=True)
+        sys.exit(2)
+    except Exception as exc:
+        if not _out_of_memory(exc):
+            raise
+        # a step that could not spill: what to change, not a traceback (every store write is one transaction)
+        from servlens.store.schema import MEMORY_LIMIT_ENV
+
+        used = str(exc).split("(", 1)[1].split(")", 1)[0] if "(" in str(exc) else "its limit"
+        click.echo(f"Error: DuckDB ran out of memory ({used}). Set {MEMORY_LIMIT_ENV} higher (e.g. "
+                   f"{MEMORY_LIMIT_ENV}=4GB) and run the command again.", err=True)
         sys.exit(2)
     sys.exit(0)

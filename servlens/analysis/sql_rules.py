@@ -79,6 +79,8 @@ def run_sql(con: duckdb.DuckDBPyConnection, rule, key: str, sql: str, params: di
         raise RuleSqlError(rule, key, exc.message, exc.where) from exc
     try:
         return con.execute(prefix + prepared + suffix)
+    except duckdb.OutOfMemoryException:
+        raise  # the machine's limit, not the rule's SQL (the CLI says what to set)
     except duckdb.Error as exc:
         raise RuleSqlError(rule, key, clean_message(exc), duckdb_position(str(exc), prepared, prefix)) from exc
 

@@ -130,3 +130,15 @@ def test_a_full_disk_is_one_sentence_and_the_store_stays_as_it_was(tmp_path, as_
     assert _servlens(tmp_path, "ingest", str(target)).returncode == 0
     runs = _store_state(tmp_path)[-1]
     assert runs == (["a", "b", "small", "small2"] if as_folder else ["big", "small", "small2"])
+
+
+def test_running_out_of_memory_is_one_sentence_saying_what_to_set(tmp_path):
+    """DuckDB's limit reached where it cannot spill is the machine's limit, not a traceback nor the rule's fault
+    (a rule's SQL error is reported as the rule's: an out-of-memory inside one is not)."""
+    assert _servlens(tmp_path, "ingest", str(write_requests(tmp_path / "small.jsonl", 400))).returncode == 0
+    done = subprocess.run([sys.executable, "-m", "servlens", "analyze", "--db", str(tmp_path / "s.duckdb"),
+                           "--format", "json"], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          check=False, env=os.environ | {"SERVLENS_MEMORY_LIMIT": "2MB"})
+    sentence = _one_sentence(done)
+    assert sentence.startswith("Error: DuckDB ran out of memory (") and sentence.endswith(
+        " used). Set SERVLENS_MEMORY_LIMIT higher (e.g. SERVLENS_MEMORY_LIMIT=4GB) and run the command again.")
