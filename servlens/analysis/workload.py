@@ -428,8 +428,8 @@ def _context_budget(con: duckdb.DuckDBPyConnection, run: str) -> dict:
     tokens and the concurrency it supports at the longest context.
     """
     out: dict[str, Any] = {}
-    # The three attrs paths from one parse of each row's JSON (a list of paths), not three.
-    # Each attrs path parsed only in rows whose text names its key (ingest writes keys literally).
+    # Each attrs path parsed only in rows whose text names its key (ingest writes keys literally); three plain paths,
+    # not one list of paths, which only DuckDB reads.
     seen = first_row(con, """SELECT max(context_window) AS ctx, count(context_window) AS n,
                                max(TRY_CAST(CASE WHEN contains(attrs, '"n_ctx"')
                                                  THEN json_extract_string(attrs, '$.n_ctx') END AS BIGINT)) AS n_ctx,

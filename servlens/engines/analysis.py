@@ -32,7 +32,6 @@ from servlens.analysis.runner import (
 from servlens.engines.base import Engine, EngineError
 from servlens.errors import ConfigError
 from servlens.store.metric_roles import ROLE_JOIN_SQL
-from servlens.store.frames import first_row
 from servlens.store.runs import select_runs
 
 _PARAM = re.compile(r"\$([a-z][a-z0-9_]*)")

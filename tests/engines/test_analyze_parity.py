@@ -119,8 +119,8 @@ def _values_shown(doc: dict) -> int:
 
 
 def _points(part) -> int:
-    """Table rows and chart points anywhere in a workload profile (a chart counts its longest series' points per
-    series: each series is one query's rows)."""
+    """Table rows and chart points anywhere in a workload profile (every series' points: each series is one
+    query's rows)."""
     if isinstance(part, list):
         return sum(_points(p) for p in part)
     if not isinstance(part, dict):

@@ -118,8 +118,6 @@ def test_an_unreachable_clickhouse_is_one_sentence():
 def test_a_parquet_folder_that_is_not_an_export(tmp_path):
     engine = open_engine("duckdb")
     try:
-        import pytest
-
         with pytest.raises(Exception, match="is not a servlens Parquet export"):
             engine.bind(TableSource.parse(f"parquet:{tmp_path}"))
     finally:

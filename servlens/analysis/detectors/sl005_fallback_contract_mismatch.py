@@ -194,7 +194,9 @@ def _inbound(ctx: DetectorContext) -> dict:
              -- Counted as running totals over one time-ordered pass (a probe at each fallback's window start
              -- sorts before the requests at that instant, one at its end after them), not by a range join,
              -- which compared every fallback with every request of the scope.
-             probe AS (SELECT row_number() OVER () AS pid, request_id, trace_id, t_at FROM fb),
+             -- the probe's id in a stated order: Spark refuses an unordered row_number()
+             probe AS (SELECT row_number() OVER (ORDER BY t_at, source_id, source_line) AS pid, request_id, trace_id,
+                              t_at FROM fb),
              -- BIGINT counts: ClickHouse sums small literals as unsigned, and `-sum` of those is a Variant
              d AS (SELECT t_at, CAST(CASE WHEN request_id IS NOT NULL THEN 1 ELSE 0 END AS BIGINT) AS dn,
                           CAST(CASE WHEN {failed('d')} THEN 1 ELSE 0 END AS BIGINT) AS df
