@@ -2,7 +2,8 @@
 
 Steps, each timed once (the machine is shared; run big things once):
 
-1. generate N requests with benchmarks/generate.py (OpenAI-style client log, a day), ingest them with
+1. generate N requests with benchmarks/generate.py (OpenAI-style client log, a day, no message text: the canonical
+   tables hold none), ingest them with
    `servlens ingest`, and `servlens export --parquet` them (skipped when the export exists);
 2. on each engine: open it, bind the export, run the function-map query set (exact p50/p90/p99 per model, p99 per
    analysis window, a regression slope, ranks and batch means over time) and the engine analysis (every SQL rule
@@ -57,7 +58,7 @@ def prepare(n: str, workdir: Path) -> dict:
         log = workdir / f"openai-{n}.jsonl"
         if not log.exists():
             timings["generate_s"] = run([sys.executable, str(REPO / "benchmarks" / "generate.py"), "--requests", n,
-                                         "--format", "openai", "--out", str(log)])
+                                         "--format", "openai", "--redact", "--out", str(log)])
         store = workdir / "store.duckdb"
         store.unlink(missing_ok=True)
         timings["ingest_s"] = run([sys.executable, "-m", "servlens", "ingest", str(log), "--db", str(store),

@@ -146,7 +146,7 @@ def scope_views(scope: Scope, spec=None, manifest: dict | None = None) -> dict[s
                               f"JOIN metric_roles r ON {ROLE_JOIN_SQL}",
         **manifest_views(manifest),
         # The store's metric_counter_increases (a drop is a restart: the new value is the increase), per series;
-        # the labels are the series key as text because Spark cannot partition by a MAP.
+        # the labels are the series key as text because Spark cannot partition by a MAP; the same total order.
         "scope_counter_increases": f"""
             SELECT run, name, series, labels, prev_ts, ts, date_diff('microsecond', prev_ts, ts) / 1e6 AS interval_s,
                    value, CASE WHEN value < prev_value THEN value ELSE value - prev_value END AS increase,
@@ -155,7 +155,7 @@ def scope_views(scope: Scope, spec=None, manifest: dict | None = None) -> dict[s
                   FROM (SELECT *, CAST(labels AS VARCHAR) AS series_key FROM metric_samples
                         WHERE {metric_where} AND ((type = 'counter' AND series = 'value')
                               OR (type IN ('histogram', 'summary') AND series IN ('sum', 'count'))))
-                  WINDOW w AS (PARTITION BY run, name, series, le, series_key ORDER BY ts, source_id))
+                  WINDOW w AS (PARTITION BY run, name, series, le, series_key ORDER BY ts, source_id, value))
             WHERE prev_value IS NOT NULL""",
     }
 

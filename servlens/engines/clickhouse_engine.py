@@ -23,8 +23,13 @@ from servlens.errors import ConfigError
 # the column, as in standard SQL; ClickHouse's default would read the aggregate there); an outer join's missing side
 # is NULL, as in standard SQL (ClickHouse's default fills in 0 and ''); strftime's %M is the minute, as in C and
 # DuckDB (ClickHouse's formatDateTime reads it as the month's name by default).
+# schema_inference_make_columns_nullable = 1: every column read from Parquet is Nullable, as every canonical column
+# is. ClickHouse's default (auto) makes a column Nullable only where the file's statistics show a NULL, so one export
+# file without a NULL in `value` read as Float64, and lag() over it gave 0 instead of NULL for a series' first
+# sample: a counter "increase" from zero, where DuckDB and Spark have none (unknown is not zero).
 SESSION_SETTINGS = {"session_timezone": "UTC", "use_hive_partitioning": 0, "prefer_column_name_to_alias": 1,
-                    "join_use_nulls": 1, "formatdatetime_parsedatetime_m_is_month_name": 0}
+                    "join_use_nulls": 1, "formatdatetime_parsedatetime_m_is_month_name": 0,
+                    "schema_inference_make_columns_nullable": 1}
 
 
 def _quote(text: str) -> str:

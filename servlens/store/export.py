@@ -28,6 +28,7 @@ from servlens.errors import ConfigError
 from servlens.store.runs import list_runs, select_runs
 
 MANIFEST = "_servlens.json"
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"   # Hive's folder name for a NULL partition value
 # (table, its day expression, the row order inside a file: ingest order for requests, time for samples)
 TABLES = (
     ("requests", "CAST(coalesce(t_arrival, t_first_token, t_end) AS DATE)", "source_id, source_line"),
@@ -55,11 +56,17 @@ def export_parquet(con: duckdb.DuckDBPyConnection, folder: str | Path, runs: lis
             counts[table] = int(n)
             if not n:
                 continue
-            target.mkdir(parents=True)
-            # PARTITION_BY leaves `day` out of the files (it is not a canonical column): it only names the folder.
-            con.execute(
-                f"COPY (SELECT *, {day} AS day FROM {table} WHERE run = ? ORDER BY {order}) TO {_literal(target)} "
-                "(FORMAT PARQUET, PARTITION_BY (day), COMPRESSION zstd, OVERWRITE_OR_IGNORE true)", [run])
+            # One sorted COPY per day, not one COPY with PARTITION_BY (day): DuckDB's partitioned writer of a sorted
+            # query ran out of the default 768 MiB on a 10M-request day, where a sorted COPY to one file spills.
+            # `day` is not a canonical column: it only names the folder.
+            days = [d for (d,) in con.execute(f"SELECT DISTINCT {day} FROM {table} WHERE run = ? ORDER BY 1",
+                                              [run]).fetchall()]
+            for value in days:
+                part = target / f"day={HIVE_NULL if value is None else value.isoformat()}"
+                part.mkdir(parents=True)
+                where = f"{day} IS NULL" if value is None else f"{day} = DATE '{value.isoformat()}'"
+                con.execute(f"COPY (SELECT * FROM {table} WHERE run = ? AND {where} ORDER BY {order}) "
+                            f"TO {_literal(part / 'data_0.parquet')} (FORMAT PARQUET, COMPRESSION zstd)", [run])
         manifest["runs"][run] = counts | _run_meta(con, run)
     from servlens.store.schema import SCHEMA_VERSION
 

@@ -138,7 +138,7 @@ CREATE TABLE IF NOT EXISTS ingest_errors (
 -- Cumulative series (counters; histogram/summary buckets, sums and counts) as per-interval increases between
 -- consecutive samples of one series. A drop means the process restarted: the increase after it is the new value
 -- (counted from zero since the restart). The first sample of a series has no interval: increase NULL, not 0.
-CREATE VIEW IF NOT EXISTS metric_counter_increases AS
+CREATE OR REPLACE VIEW metric_counter_increases AS
 SELECT run, source_id, name, name_raw, type, series, le, labels,
        prev_ts, ts, date_diff('microsecond', prev_ts, ts) / 1e6 AS interval_s,
        prev_value, value,
@@ -148,11 +148,13 @@ FROM (
     SELECT *, lag(value) OVER w AS prev_value, lag(ts) OVER w AS prev_ts
     FROM metric_samples
     WHERE type = 'counter' OR (type IN ('histogram', 'summary') AND series IN ('bucket', 'sum', 'count'))
-    WINDOW w AS (PARTITION BY run, name, series, le, labels ORDER BY ts, source_id)
+    -- value breaks a tie of one series at one instant (two samples of a source at the same ts): taken in rising
+    -- order, simultaneous samples never make a reset, and the result no longer depends on the rows' physical order.
+    WINDOW w AS (PARTITION BY run, name, series, le, labels ORDER BY ts, source_id, value)
 );
 
 -- One row per counter reset (restart) per series: the last sample before it and the first after it.
-CREATE VIEW IF NOT EXISTS metric_counter_resets AS
+CREATE OR REPLACE VIEW metric_counter_resets AS
 SELECT run, name, series, le, labels, prev_ts AS last_ts_before, ts AS first_ts_after, prev_value AS value_before,
        value AS value_after, source_id
 FROM metric_counter_increases
@@ -161,7 +163,7 @@ WHERE is_reset;
 -- One row per process restart seen in the counters: the resets that follow the same last scrape (per scrape target,
 -- `instance` label when Prometheus added one). The restart happened in (last_ts_before, first_ts_after]; a series
 -- first seen again later (no traffic yet) does not make a second restart.
-CREATE VIEW IF NOT EXISTS metric_restarts AS
+CREATE OR REPLACE VIEW metric_restarts AS
 SELECT run, labels['instance'] AS instance, last_ts_before, min(first_ts_after) AS first_ts_after,
        count(*) AS series_reset
 FROM metric_counter_resets
@@ -289,6 +291,9 @@ def open_store(path: str | Path | None = None, read_only: bool = False) -> duckd
         for step in range(version, SCHEMA_VERSION):
             con.execute(MIGRATIONS[step])
         con.execute("UPDATE servlens_meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+    if version is not None and not read_only:
+        # The views carry no data: an older store gets this release's definitions (create_schema replaces them).
+        con.execute(_DDL[_DDL.index("CREATE OR REPLACE VIEW metric_counter_increases"):])
     return con
 
 

@@ -83,3 +83,51 @@ def test_export_of_an_unknown_run_is_one_sentence(recorded_store, tmp_path):
     assert result.stderr.startswith("Error: No run named 'nope' in the store")
     assert "Traceback" not in result.stderr
 
+
+def test_a_row_without_a_time_goes_to_the_null_day_and_reads_back(tmp_path):
+    """A request with no time at all is exported under day=__HIVE_DEFAULT_PARTITION__ and binds back with the rest;
+    each day is its own sorted file (one sorted partitioned COPY ran out of memory on a 10M-request day)."""
+    from datetime import datetime
+
+    from servlens.store.export import export_parquet
+
+    con = open_store(None)
+    con.executemany("INSERT INTO requests (run, source_id, source_line, request_id, t_arrival) VALUES (?, 1, ?, ?, ?)",
+                    [("r1", 3, "late", datetime(2026, 11, 28, 9)), ("r1", 1, "timeless", None),
+                     ("r1", 2, "early", datetime(2026, 11, 27, 23))])
+    export_parquet(con, tmp_path / "out")
+    con.close()
+    run_dir = tmp_path / "out" / "requests" / "run=r1"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["day=2026-11-27", "day=2026-11-28",
+                                                          "day=__HIVE_DEFAULT_PARTITION__"]
+    assert all([f.name for f in d.iterdir()] == ["data_0.parquet"] for d in run_dir.iterdir())
+    engine = open_engine("duckdb")
+    engine.bind(TableSource.parse(f"parquet:{tmp_path / 'out'}"))
+    try:
+        assert engine.query("SELECT request_id FROM requests ORDER BY source_line") == [
+            {"request_id": "timeless"}, {"request_id": "early"}, {"request_id": "late"}]
+    finally:
+        engine.close()
+
+
+def test_chdb_reads_a_file_without_a_null_as_nullable_columns(tmp_path):
+    """A counter series' first sample has no previous value on every engine. ClickHouse's default schema inference
+    made a column Nullable only where the file held a NULL: an export file of samples that all had a value read
+    `value` as Float64, and lag() gave 0 for the first sample (an increase from zero, a restart that never was)."""
+    from datetime import datetime
+
+    from servlens.store.export import export_parquet
+
+    con = open_store(None)
+    con.executemany("INSERT INTO metric_samples (run, source_id, ts, name, name_raw, type, series, labels, value) "
+                    "VALUES ('r1', 1, ?, 'c', 'c_total', 'counter', 'value', MAP {}, ?)",
+                    [(datetime(2026, 11, 28, 9, 0, s), v) for s, v in ((0, 70.0), (1, 76.0), (2, 79.0))])
+    export_parquet(con, tmp_path / "out")
+    con.close()
+    engine = open_engine("chdb")
+    engine.bind(TableSource.parse(f"parquet:{tmp_path / 'out'}"))
+    try:
+        assert engine.query("SELECT lag(value) OVER (ORDER BY ts) AS prev FROM metric_samples ORDER BY ts") == [
+            {"prev": None}, {"prev": 70.0}, {"prev": 76.0}]
+    finally:
+        engine.close()
