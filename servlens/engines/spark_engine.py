@@ -53,6 +53,7 @@ class SparkEngine(Engine):
         except Exception as exc:  # noqa: BLE001 (no Java, master unreachable, Connect server down)
             raise ConfigError(f"Cannot start a Spark session on {url}: {str(exc).splitlines()[0][:200]}",
                               "Check that Java 17+ is installed and the master or Connect URL is reachable") from None
+        self._persisted: dict = {}  # materialise(): view name -> its persisted DataFrame
         if not url.startswith("sc://"):
             self.spark.sparkContext.setLogLevel("OFF")  # a refused query is one sentence from servlens, not a log
         # pyspark logs every refused query again, as a JSON record with the JVM's stack trace, from Python
@@ -66,6 +67,27 @@ class SparkEngine(Engine):
             frame = self.spark.sql(translate(empty_relation_sql(table), "spark"))
         frame.createOrReplaceTempView(table)
         self.tables[table] = table
+
+    def materialise(self, name: str, sql: str, views: dict[str, str] | None = None) -> str | None:
+        """A view read by many queries of a scope as a persisted DataFrame under a session temp view: Spark plans a
+        temp view again at every reference and recomputed each scope view per rule query (a parity run over four
+        small runs took 25 min). The previous scope's frame of that name is released; the rows stay on Spark."""
+        from pyspark import StorageLevel
+
+        native = self._computed_native(sql, views)
+        self._computed.clear()  # a probe reading this view by name read the previous scope's rows
+        try:
+            frame = self.spark.sql(native).persist(StorageLevel.MEMORY_AND_DISK)
+            frame.count()  # computed here, once
+        except Exception:  # noqa: BLE001 (then a CTE, whose own error, if it has one, is the one the query reports)
+            return None
+        view = f"servlens_scratch_{name}"
+        frame.createOrReplaceTempView(view)
+        previous = self._persisted.pop(name, None)
+        if previous is not None:
+            previous.unpersist()
+        self._persisted[name] = frame
+        return f"SELECT * FROM {view}"
 
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
         table = self.spark.sql(native_sql).limit(limit).toArrow()

@@ -90,3 +90,18 @@ def test_a_distinct_string_agg_filter_gives_duckdbs_text_on_spark(duckdb_engine,
     expected = duckdb_engine.query(DISTINCT_STRING_AGG)
     assert len(expected) == 4 and all(row["none"] is None for row in expected)
     assert spark_local_engine.query(DISTINCT_STRING_AGG) == expected
+
+
+@pytest.mark.engines
+def test_a_scope_view_is_persisted_once_and_replaced_by_the_next_scope_on_spark(spark_local_engine):
+    """materialise() keeps one persisted frame per view name: the next scope's replaces it and the old one is
+    released (Spark recomputed every scope view at each reference before)."""
+    engine = spark_local_engine
+    first = engine.materialise("scope_requests", "SELECT * FROM requests WHERE run = 'edge'")
+    assert first == "SELECT * FROM servlens_scratch_scope_requests"
+    assert engine.query("SELECT count(*) AS n FROM scope_requests", views={"scope_requests": first}) == [{"n": 60}]
+    kept = engine._persisted["scope_requests"]
+    assert kept.is_cached
+    second = engine.materialise("scope_requests", "SELECT * FROM requests WHERE run = 'edge' AND false")
+    assert engine.query("SELECT count(*) AS n FROM scope_requests", views={"scope_requests": second}) == [{"n": 0}]
+    assert not kept.is_cached and engine._persisted["scope_requests"].is_cached
