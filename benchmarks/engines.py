@@ -8,7 +8,11 @@ Steps, each timed once (the machine is shared; run big things once):
 2. on each engine: open it, bind the export, run the function-map query set (exact p50/p90/p99 per model, p99 per
    analysis window, a regression slope, ranks and batch means over time) and the engine analysis (every SQL rule
    on every scope, the workload's lengths and latencies), recording wall time, rows moved and each query's result;
-3. check that every engine's results equal DuckDB's (exact quantiles to 1e-12).
+3. check that every engine's results equal DuckDB's (exact quantiles to 1e-12);
+4. with --compare-requests M: a generated before/after pair of M requests a side whose after run is ×1.25 slower to
+   the first token (`generate.py --pair --regression ttft=1.25`), ingested into one store and exported; `compare`
+   on the store (the reference), then on each engine over the export, timed, with its verdict and whether the
+   whole document equals the store's.
 
 Example:
     nice -n 10 python benchmarks/engines.py --requests 1M --workdir /tmp/servlens-engines --out benchmarks/engines-1M.json
@@ -86,6 +90,73 @@ def prepare(n: str, workdir: Path) -> dict:
     return timings
 
 
+def prepare_pair(n: str, workdir: Path) -> dict:
+    """A before/after pair of n requests a side in one store and its export (each step skipped when done)."""
+    folder, store, export = workdir / f"pair-{n}", workdir / f"pair-{n}.duckdb", workdir / f"pair-{n}-export"
+    timings = {}
+    if not (export / "_servlens.json").exists():
+        if not (folder / "manifest.json").exists():
+            timings["generate_s"] = run([sys.executable, str(REPO / "benchmarks" / "generate.py"), "--requests", n,
+                                         "--format", "openai", "--redact", "--pair", "--regression", "ttft=1.25",
+                                         "--out", str(folder)])
+        store.unlink(missing_ok=True)
+        for side in ("before", "after"):
+            timings[f"ingest_{side}_s"] = run([sys.executable, "-m", "servlens", "ingest", str(folder / f"{side}.jsonl"),
+                                               "--db", str(store), "--run", side])
+        timings["export_s"] = run([sys.executable, "-m", "servlens", "export", "--db", str(store), "--parquet",
+                                   str(export)])
+    return timings | {"store": str(store), "export": str(export)}
+
+
+def compare_reference(store: str) -> dict:
+    """compare before → after on the store, the reference every engine's document must equal."""
+    from servlens.compare.engine import compare_runs
+    from servlens.store.schema import open_store
+
+    con = open_store(store, read_only=True)
+    try:
+        started, cpu = time.perf_counter(), _cpu_s()
+        doc = compare_runs(con, "before", "after")
+        return {"s": time.perf_counter() - started, "cpu_s": _cpu_s() - cpu, "doc": doc}
+    finally:
+        con.close()
+
+
+def bench_compare(url: str, export: str, reference: dict) -> dict:
+    from servlens.compare.engine import compare_runs
+    from servlens.engines import TableSource, open_engine
+    from servlens.engines.analysis import engine_manifest
+    from servlens.engines.compare import CompareConnection
+
+    engine = open_engine(url)
+    try:
+        engine.bind(TableSource.parse(f"parquet:{export}"), ["before", "after"])
+        before = engine.stats.rows_moved, engine.stats.queries
+        started, cpu = time.perf_counter(), _cpu_s()
+        doc = compare_runs(CompareConnection(engine, engine_manifest(engine), ("before", "after")), "before", "after")
+        out = {"engine": url, "s": time.perf_counter() - started, "cpu_s": _cpu_s() - cpu,
+               "rows_moved": engine.stats.rows_moved - before[0], "queries": engine.stats.queries - before[1]}
+    finally:
+        engine.close()
+    strip = lambda d: {k: v for k, v in json.loads(json.dumps(d, default=str)).items()  # noqa: E731
+                       if k not in ("generated_at", "coverage")}
+    differences = _differences(strip(doc), strip(reference["doc"]))
+    return out | {"verdict": doc["verdict"], "same_as_store": not differences, "differences": differences[:10]}
+
+
+def _differences(got, want, path: str = "") -> list[str]:
+    """Where two documents differ; numbers equal to 1e-9 relative (a sum's last digits depend on its order)."""
+    from servlens.engines.base import same_number
+
+    if isinstance(got, dict) and isinstance(want, dict):
+        return [d for k in sorted(set(got) | set(want)) for d in _differences(got.get(k), want.get(k), f"{path}.{k}")]
+    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
+        return [d for i, (g, w) in enumerate(zip(got, want)) for d in _differences(g, w, f"{path}[{i}]")]
+    if isinstance(got, float) or isinstance(want, float):
+        return [] if same_number(got, want, rel=1e-9) else [f"{path}: {got!r} vs {want!r}"]
+    return [] if got == want else [f"{path}: {got!r:.120} vs {want!r:.120}"]
+
+
 def bench_engine(url: str, export: Path, rules) -> dict:
     from servlens.engines import TableSource, open_engine
     from servlens.engines.analysis import analyze_on_engine
@@ -108,7 +179,12 @@ def bench_engine(url: str, export: Path, rules) -> dict:
                                     "rows_moved": engine.stats.rows_moved - before, "result": rows}
         before = engine.stats.rows_moved, engine.stats.queries
         started, cpu = time.perf_counter(), _cpu_s()
-        doc = analyze_on_engine(engine, rules)
+        if engine.name == "duckdb":  # as `servlens analyze --engine duckdb` runs it: the store's own runner
+            from servlens.analysis.runner import analyze
+
+            doc = analyze(engine.con, rules)
+        else:
+            doc = analyze_on_engine(engine, rules)
         out["analyze"] = {"s": time.perf_counter() - started, "cpu_s": _cpu_s() - cpu, "rows_moved": engine.stats.rows_moved - before[0],
                           "queries": engine.stats.queries - before[1], "requests": doc["coverage"]["requests"],
                           "findings": {f"{f['rule']} {f['scope']['model']} {f['scope']['deployment']}":
@@ -129,13 +205,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, required=True)
     ap.add_argument("--engines", default="duckdb,chdb,spark:local[2]")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--compare-requests", help="also time compare on a generated pair of this many requests a side")
+    ap.add_argument("--skip-analysis", action="store_true", help="only the compare stage")
     args = ap.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     from servlens.analysis.rules import load_rules
     from servlens.engines.base import same_number
 
     rules = [r for r in load_rules([REPO / "tests" / "analysis" / "data" / "user_rules"]) if r.sql]
-    result = {"requests": args.requests, "prepare": prepare(args.requests, args.workdir), "engines": []}
+    result = {"requests": args.requests, "engines": []}
+    if args.compare_requests:
+        pair = prepare_pair(args.compare_requests, args.workdir)
+        reference = compare_reference(pair["store"])
+        result["compare"] = {"requests_a_side": args.compare_requests, "prepare": pair,
+                             "store": {"s": reference["s"], "cpu_s": reference["cpu_s"],
+                                       "verdict": reference["doc"]["verdict"], "reason": reference["doc"]["reason"]},
+                             "engines": []}
+        for url in args.engines.split(","):
+            result["compare"]["engines"].append(bench_compare(url, pair["export"], reference))
+            print(json.dumps(result["compare"]["engines"][-1]), file=sys.stderr)
+    if args.skip_analysis:
+        args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        return 0
+    result["prepare"] = prepare(args.requests, args.workdir)
     for url in args.engines.split(","):
         result["engines"].append(bench_engine(url, args.workdir / "export", rules))
         print(json.dumps({k: v for k, v in result["engines"][-1].items() if k not in ("queries", "analyze")}),
