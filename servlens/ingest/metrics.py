@@ -16,7 +16,7 @@ row (kind 'metrics', format, time_source) and all samples in one bulk insert, pu
 
     {"path", "kind": "metrics", "format", "run", "source_id", "action", "rows", "bad_lines", "t_min", "t_max",
      "time_source", "time_source_text", "metrics": [normalised names], "created_dropped", "deprecated_dropped",
-     "series_skipped"}
+     "series_skipped", "instance": the scrape target given to samples without one (None when none needed it)}
 
 An index file is not a source (it holds no samples): route it to `load_scrape_index` and pass the mapping along; when
 no index is passed, one beside the scrape file (a `*.jsonl` whose rows name files with a `scrape_ts`) is found and used.
@@ -26,6 +26,14 @@ Scrape time (DESIGN.md Decisions), first found wins, recorded in `sources.time_s
   scrape_ts) > 'file_name' (a 10-digit Unix-seconds, 13-digit ms or ISO-8601 token; `_000` is not a time) > 'mtime'.
   Samples without a timestamp in an exposition where others have one take the next source; time_source is then e.g.
   'exposition+file_name'. Prometheus API JSON carries its own times: 'query_result'.
+
+Scrape targets: a Prometheus text or OpenMetrics file saved from /metrics (curl, a recorder) has no `instance`
+label -- Prometheus adds it when it scrapes -- so every sample without one gets `instance` = the file's scrape target
+(`scrape_target`: an index's `instance`, else the index that names the file, else the folder and the file name
+without its time or sequence number).
+Two servers' scrapes in one run are then two series, never one interleaved series that "resets" at every scrape;
+the scrapes of one target, one file each, stay one series. Samples that carry `instance` (a /federate dump) and
+Prometheus API JSON (series as Prometheus stored them) are left as they are.
 
 Counter resets: the store's views `metric_counter_increases` (per-interval increases of every cumulative series; a
 drop is a restart and the increase after it is the new value) and `metric_counter_resets` (one row per reset), see
@@ -196,13 +204,15 @@ class IndexEntry:
     run: str | None
     index_path: Path
     line: int
+    instance: str | None = None  # the scrape target, when the index names it (`instance`)
 
 
 ScrapeIndex = Mapping[Path, IndexEntry]
 
 
 def load_scrape_index(path: Path) -> dict[Path, IndexEntry]:
-    """Read an index file (JSON lines naming each scrape `file` with its `scrape_ts` and optionally its `run`)."""
+    """Read an index file (JSON lines naming each scrape `file` with its `scrape_ts`, optionally its `run` and the
+    scrape target's `instance`)."""
     path = Path(path).resolve()
     entries: dict[Path, IndexEntry] = {}
     for number, line in enumerate(read_text(path).splitlines(), start=1):
@@ -214,8 +224,9 @@ def load_scrape_index(path: Path) -> dict[Path, IndexEntry]:
             target = (path.parent / str(row["file"])).resolve()
         except (ValueError, KeyError, TypeError):
             continue  # an index line that names no file/time cannot be used; the scrape falls back to other times
-        run = row.get("run")
-        entries[target] = IndexEntry(ts, str(run) if run not in (None, "") else None, path, number)
+        run, instance = row.get("run"), row.get("instance")
+        entries[target] = IndexEntry(ts, str(run) if run not in (None, "") else None, path, number,
+                                     str(instance) if instance not in (None, "") else None)
     if not entries:
         raise InputError(
             f"{path} has no usable lines (each needs 'file' and 'scrape_ts')",
@@ -348,6 +359,85 @@ def resolve_scrape_time(path: Path, *, at: float | None, index: ScrapeIndex | No
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# scrape target
+
+
+_COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd")
+_EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,11}$")
+_TRAILING_NUMBER = re.compile(r"\d+$")
+_SEPARATORS = "_-. "
+
+
+def _time_span_in_name(stem: str) -> tuple[int, int] | None:
+    """Where a scrape time is written in a file-name stem (the forms time_from_file_name reads), or None."""
+    for pattern in (_ISO_IN_NAME, _ISO_BASIC_IN_NAME, _UNIX_IN_NAME):
+        found = list(pattern.finditer(stem))
+        if found:
+            return found[-1].span()
+    return None
+
+
+def target_of_file_name(name: str) -> str:
+    """The scrape target a file name stands for: its stem without the per-scrape part, which is a time written in
+    the name (ISO-8601, 10-digit seconds, 13-digit ms) or else the trailing sequence number. So
+    metrics_gw-retries_000.prom .. _030.prom are all `metrics_gw-retries`, vllm-1795940000.prom is `vllm`, and
+    vllm-0_000.prom and vllm-1_000.prom are two targets. Only one part is removed: a per-target number before a
+    time or a sequence number stays."""
+    stem = name
+    for suffix in _COMPRESSION_SUFFIXES:
+        if stem.lower().endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    stem = _EXTENSION.sub("", stem) or stem
+    span = _time_span_in_name(stem)
+    if span is None:
+        number = _TRAILING_NUMBER.search(stem)
+        span = number.span() if number else None
+    if span is not None:
+        head, tail = stem[: span[0]].rstrip(_SEPARATORS), stem[span[1]:].lstrip(_SEPARATORS)
+        stem = head + ("_" if head and tail else "") + tail
+    return stem
+
+
+def scrape_target(path: Path, index: ScrapeIndex | None = None) -> str:
+    """The `instance` given to the samples of a scrape file that carry none.
+
+    Prometheus adds `instance` (and `job`) when it scrapes; a /metrics page saved by curl or a recorder has neither,
+    so two servers' scrapes ingested into one run would be one series, interleaved in time (70, 0, 70, 0, ...: a
+    counter reset at every scrape). The target, first found wins:
+
+    - the `instance` an index file names for the scrape;
+    - the index file that names it: a recorder writes one index per scrape loop, so the scrapes one index names in
+      one folder are one target, whatever their file names (`vllm-cpu/metrics_index.jsonl` for the scrapes of one
+      server across several runs, metrics_burst50_000.prom .. metrics_poisson_012.prom);
+    - the file's folder and its name without the per-scrape part (target_of_file_name): `scrapes/vllm` for
+      scrapes/vllm-1795940000.prom .. vllm-1795940045.prom.
+
+    Every scrape of one target written as one file per scrape gets the same value, whichever file is ingested first
+    and in which call, so it stays one series; two folders are two targets unless an index says otherwise."""
+    path = Path(path).resolve()
+    entry = _index_entry(path, index)
+    folder = path.parent.name
+    if entry is not None:
+        return entry.instance or (f"{folder}/{entry.index_path.name}" if folder else entry.index_path.name)
+    target = target_of_file_name(path.name)
+    return f"{folder}/{target}" if folder and target else (folder or target or path.name)
+
+
+def _add_instance(rows: MetricRows, instance: str) -> int:
+    """Give `instance` to every sample that has no such label (label keys stay sorted); how many got it."""
+    added = 0
+    for keys, values in zip(rows.label_keys, rows.label_values):
+        if "instance" in keys:
+            continue
+        at = next((i for i, key in enumerate(keys) if key > "instance"), len(keys))
+        keys.insert(at, "instance")
+        values.insert(at, instance)
+        added += 1
+    return added
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # ingest
 
 
@@ -375,7 +465,7 @@ def ingest_metrics_file(
         "path": str(path), "kind": "metrics", "format": fmt, "run": run, "source_id": None,
         "action": decision.action, "rows": 0, "bad_lines": 0, "t_min": None, "t_max": None,
         "time_source": None, "time_source_text": None, "metrics": [], "created_dropped": 0,
-        "deprecated_dropped": 0, "series_skipped": 0,
+        "deprecated_dropped": 0, "series_skipped": 0, "instance": None,
     }
     if decision.action == "skip":
         decision = _recheck_skip(con, run, path, decision, fmt, at, index)
@@ -408,7 +498,9 @@ def ingest_metrics_file(
             time_source = f"exposition+{fallback_source}"
         rows.timestamp = [fallback_ts if ts is None else ts for ts in rows.timestamp]
         errors = errors + _drop_impossible_times(rows)
-        extra = {"created_dropped": exposition.created_dropped, "deprecated_dropped": exposition.deprecated_dropped}
+        instance = scrape_target(path, index)
+        extra = {"created_dropped": exposition.created_dropped, "deprecated_dropped": exposition.deprecated_dropped,
+                 "instance": instance if _add_instance(rows, instance) else None}
         source_id = insert_source(con, run=run, kind="metrics", path=path, decision=decision, fmt=fmt, time_source=time_source)
         _insert_rows(con, run, source_id, rows)
         _insert_errors(con, source_id, path, errors, keep_text)

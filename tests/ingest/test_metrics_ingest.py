@@ -121,7 +121,10 @@ def test_vllm_cpu_folder_every_run_from_the_index(store, shared_data):
     assert store.execute(
         "SELECT name, name_raw, type, series, labels, value FROM metric_samples WHERE source_id = ? AND name = 'vllm:prompt_tokens'",
         [source_id],
-    ).fetchall() == [("vllm:prompt_tokens", "vllm:prompt_tokens_total", "counter", "value", {"engine": "0", "model_name": "tiny"}, 6391.0)]
+    ).fetchall() == [("vllm:prompt_tokens", "vllm:prompt_tokens_total", "counter", "value",
+                      # the file has no `instance` (a saved /metrics page): its target is the index naming it
+                      {"engine": "0", "instance": "vllm-cpu/metrics_index.jsonl", "model_name": "tiny"}, 6391.0)]
+    assert one["instance"] == "vllm-cpu/metrics_index.jsonl"
     ttft = store.execute(
         "SELECT series, le, value FROM metric_samples WHERE source_id = ? AND name = 'vllm:time_to_first_token_seconds' "
         "ORDER BY series, le",
@@ -145,7 +148,8 @@ def test_vllm_cpu_folder_every_run_from_the_index(store, shared_data):
     assert store.execute(
         "SELECT DISTINCT labels FROM metric_samples WHERE name = 'vllm:admission_rejections' AND source_id = ? ORDER BY 1",
         [source_id],
-    ).fetchall() == [({"model_name": "tiny", "reason": "max_num_queued_reqs"},), ({"model_name": "tiny", "reason": "max_num_queued_tokens"},)]
+    ).fetchall() == [({"instance": "vllm-cpu/metrics_index.jsonl", "model_name": "tiny", "reason": "max_num_queued_reqs"},),
+                     ({"instance": "vllm-cpu/metrics_index.jsonl", "model_name": "tiny", "reason": "max_num_queued_tokens"},)]
 
 
 def test_vllm_cache_config_info_keeps_its_labels(store, shared_data):
@@ -163,7 +167,7 @@ def test_vllm_cache_config_info_keeps_its_labels(store, shared_data):
     n_labels = store.execute(
         "SELECT DISTINCT cardinality(labels) FROM metric_samples WHERE name = 'vllm:cache_config_info'"
     ).fetchall()
-    assert n_labels == [(37,)]
+    assert n_labels == [(38,)]  # its 37 labels and the scrape target's `instance`
 
 
 def test_llamacpp_label_less_metrics(store, shared_data):
@@ -171,7 +175,9 @@ def test_llamacpp_label_less_metrics(store, shared_data):
     assert len(summaries) == 38
     by_run = dict(store.execute("SELECT run, count(*) FROM metric_samples GROUP BY run").fetchall())
     assert by_run == {"burst50": 135, "fresh_cache": 45, "fresh_nocache": 90, "poisson": 180, "prefix_cache": 30, "prefix_nocache": 90}
-    assert store.execute("SELECT DISTINCT cardinality(labels) FROM metric_samples").fetchall() == [(0,)]
+    # no label at all on llama.cpp's metrics: every sample gets only the scrape target, one for the folder's server
+    assert store.execute("SELECT DISTINCT map_keys(labels), labels['instance'] FROM metric_samples").fetchall() == [
+        (["instance"], "llamacpp/metrics_index.jsonl")]
     names = dict(store.execute("SELECT DISTINCT name, type FROM metric_samples").fetchall())
     assert len(names) == 15
     assert names["llamacpp:prompt_tokens"] == "counter"
@@ -219,7 +225,8 @@ def test_old_vllm_names_normalised_with_raw_names_kept(store, shared_data, tmp_p
     ).fetchone() == ("False", "81767")
     assert store.execute(
         "SELECT labels FROM metric_samples WHERE name = 'vllm:lora_requests_info'"
-    ).fetchone() == ({"max_lora": "0", "running_lora_adapters": "", "waiting_lora_adapters": ""},)
+    ).fetchone() == ({"instance": f"{tmp_path.name}/vllm_v0.x_metrics_scrape_partial_aibrix_docs",
+                      "max_lora": "0", "running_lora_adapters": "", "waiting_lora_adapters": ""},)
     assert store.execute(
         "SELECT value FROM metric_samples WHERE name = 'vllm:gpu_prefix_cache_hit_rate'"
     ).fetchone() == (-1.0,)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -128,15 +129,32 @@ def test_real_llamacpp_restart_label_less_counters(store, shared_data):
     assert store.execute("SELECT count(*) FROM sources").fetchone() == (38,)
 
 
-def test_vllm_bench_scrapes_of_one_server_have_no_reset(store, shared_data):
-    for folder in ("random", "prefix_repetition", "random_burstiness0.5", "random_burstiness0.5_seed1"):
+BENCH_FOLDERS = ("random", "prefix_repetition", "random_burstiness0.5", "random_burstiness0.5_seed1")
+
+
+def test_vllm_bench_scrapes_of_one_server_have_no_reset(store, shared_data, tmp_path):
+    # One scrape in each of four folders, no index: four scrape targets as far as the files say (a folder per target
+    # is the usual layout), each with one sample: no interval, so no increase and no reset.
+    for folder in BENCH_FOLDERS:
         ingest_folder_as_one_run(store, shared_data / "real-engine" / "vllm-bench" / folder, "bench")
     assert store.execute("SELECT count(*) FROM metric_counter_resets").fetchone() == (0,)
-    # length finishes per interval between the four scrapes (80 -> 116 -> 196 -> 276)
     assert store.execute(
-        "SELECT list(increase ORDER BY ts) FROM metric_counter_increases "
+        "SELECT list(labels['instance'] ORDER BY ts), list(increase ORDER BY ts) FROM metric_counter_increases "
         "WHERE name = 'vllm:request_success' AND labels['finished_reason'] = 'length'"
-    ).fetchone() == ([None, 36.0, 80.0, 80.0],)
+    ).fetchone() == ([f"{folder}/vllm" for folder in BENCH_FOLDERS], [None] * 4)
+    # The same four scrapes of the one server (its README: one instance at a time, 127.0.0.1:8091) in one folder,
+    # named vllm-<time>.prom: one target, one series. Length finishes per interval (80 -> 116 -> 196 -> 276).
+    together = tmp_path / "bench"
+    together.mkdir()
+    for folder in BENCH_FOLDERS:
+        for scrape in (shared_data / "real-engine" / "vllm-bench" / folder).glob("vllm-*.prom"):
+            shutil.copy(scrape, together / scrape.name)
+    ingest_folder_as_one_run(store, together, "together")
+    assert store.execute("SELECT count(*) FROM metric_counter_resets").fetchone() == (0,)
+    assert store.execute(
+        "SELECT list(DISTINCT labels['instance']), list(increase ORDER BY ts) FROM metric_counter_increases "
+        "WHERE run = 'together' AND name = 'vllm:request_success' AND labels['finished_reason'] = 'length'"
+    ).fetchone() == (["bench/vllm"], [None, 36.0, 80.0, 80.0])
 
 
 def test_restarts_one_row_per_restart(store, shared_data):
@@ -148,8 +166,12 @@ def test_restarts_one_row_per_restart(store, shared_data):
     ).fetchall()
     vllm_resets = store.execute("SELECT count(*) FROM metric_counter_resets WHERE run = 'vday'").fetchone()[0]
     assert rows == [
-        ("fixture", None, 1795940015.0, 1795940030.0, 6),
-        ("lday", None, pytest.approx(1795937018.1996317, abs=1e-6), pytest.approx(1795937019.6788747, abs=1e-6), 7),
+        # the scrape target of each (the files carry no `instance`): the folder and file name without the scrape
+        # time, or the index naming the scrapes (one server across several runs' scrapes)
+        ("fixture", "restart/vllm", 1795940015.0, 1795940030.0, 6),
+        ("lday", "llamacpp/metrics_index.jsonl", pytest.approx(1795937018.1996317, abs=1e-6),
+         pytest.approx(1795937019.6788747, abs=1e-6), 7),
         # metrics_index.jsonl: poisson_012 then noprefixcaching_nocache_000 (the server restarted without prefix caching)
-        ("vday", None, pytest.approx(1795937423.357976, abs=1e-6), pytest.approx(1795937474.6061904, abs=1e-6), vllm_resets),
+        ("vday", "vllm-cpu/metrics_index.jsonl", pytest.approx(1795937423.357976, abs=1e-6),
+         pytest.approx(1795937474.6061904, abs=1e-6), vllm_resets),
     ]

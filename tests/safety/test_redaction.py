@@ -122,7 +122,8 @@ def test_metric_labels_are_redacted(tmp_path):
     con = open_store(":memory:")
     ingest_inputs(con, [], metrics_inputs=[str(scrape)], at="2026-11-29T07:00:00Z")
     labels = con.execute("SELECT labels FROM metric_samples").fetchone()[0]
-    assert labels == {"api_key": "sk-[REDACTED]", "endpoint": "https://[REDACTED]@10.0.0.1/v1"}
+    assert labels == {"api_key": "sk-[REDACTED]", "endpoint": "https://[REDACTED]@10.0.0.1/v1",
+                      "instance": f"{tmp_path.name}/m"}
 
 
 def test_no_secret_in_any_output_format(tmp_path):

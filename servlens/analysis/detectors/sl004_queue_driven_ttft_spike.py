@@ -61,12 +61,16 @@ def _gauge_by_window(ctx: DetectorContext, role: str) -> tuple[str | None, dict[
     return name, {row["w"]: row["v"] for row in found}
 
 
-def _gauge_max(ctx: DetectorContext, role: str, first: int, last: int) -> tuple[str | None, float | None]:
-    """The max of the gauge playing `role`, around windows first..last.
+def _gauge_max(ctx: DetectorContext, role: str, first: int, last: int,
+               per_scrape: str = "sum") -> tuple[str | None, float | None]:
+    """The max of the gauge playing `role`, around windows first..last; at one scrape time its series are summed
+    (requests waiting or running in several engines or servers) or, for a share such as KV cache usage, the fullest
+    is taken (`per_scrape` "max": two engines at 60% and 70% are not 130% full).
 
     Gauges are sampled every few seconds and vLLM observes queue time when a request finishes, so the range is
     padded by two windows (at least 5 s) on each side to catch the scrape that saw the queue.
     """
+    assert per_scrape in ("sum", "max")
     spec = ctx.window
     name = _role_metric(ctx, role)
     if name is None:
@@ -75,7 +79,7 @@ def _gauge_max(ctx: DetectorContext, role: str, first: int, last: int) -> tuple[
     lo = first * spec.width_s - pad
     hi = (last + 1) * spec.width_s + pad
     row = ctx.one(f"""SELECT max(v) AS v FROM (
-                          SELECT ts, sum(value) AS v FROM scope_role_samples
+                          SELECT ts, {per_scrape}(value) AS v FROM scope_role_samples
                           WHERE role = ? AND name = ? AND series = 'value' AND {spec.offset_sql('ts')} BETWEEN {lo} AND {hi}
                           GROUP BY ts)""", [role, name])
     return name, row.get("v")
@@ -254,7 +258,7 @@ def _corroboration(scan: Scan, first: int, last: int) -> tuple[dict, list[str]]:
     ctx = scan.ctx
     waiting_name, waiting_max = _gauge_max(ctx, "waiting", first, last)
     running_name, running_max = _gauge_max(ctx, "running", first, last)
-    _, kv_max = _gauge_max(ctx, "kv_usage", first, last)
+    _, kv_max = _gauge_max(ctx, "kv_usage", first, last, per_scrape="max")
     # Preemptions as a counter's increase (SGLang's retractions are a per-interval gauge: not summable as one).
     preemption_counter = _role_metric(ctx, "preemptions", kind="counter")
     preemptions = ctx.counter_increase(preemption_counter) if preemption_counter else None
