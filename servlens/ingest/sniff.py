@@ -89,7 +89,8 @@ def sample_file(path: Path) -> FileSample:
         header = next(csv.reader(io.StringIO(first), delimiter=delimiter), [])
         return FileSample("csv", header=[h.strip() for h in header])
     stripped = text.lstrip()
-    if stripped[:1] not in ("{", "["):
+    # "[2026-12-07 19:00:32] ..." is a console log's bracketed time (SGLang's logging formatter), not a JSON array
+    if stripped[:1] not in ("{", "[") or _BRACKETED_TIME_RE.match(stripped):
         lines = text.splitlines()
         return FileSample("text", problem="plain text, not JSON or CSV",
                           lines=lines[:-1] if not complete else lines)
@@ -126,6 +127,7 @@ def sample_file(path: Path) -> FileSample:
     return FileSample("json", json_multiline=True, problem="a JSON document too large to sniff; name its format with --from")
 
 
+_BRACKETED_TIME_RE = re.compile(r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}")
 _TOKEN_RE = re.compile(r'\.(?:"((?:[^"\\]|\\.)*)"|([A-Za-z0-9_@:$-]+))|\[(\*|-?\d+)\]')
 
 

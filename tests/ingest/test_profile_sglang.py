@@ -1,5 +1,5 @@
-"""SGLang per-request metrics files and JSON request logs (samples built from SGLang's source), and the default text
-request log (a real SGLang 0.5.10 line): see tests/data/formats/sglang/ATTRIBUTION.md."""
+"""SGLang per-request metrics files and JSON request logs (recorded by SGLang 0.5.23's own writers), and the default
+text request log (a real SGLang 0.5.10 line): see tests/data/formats/sglang/ATTRIBUTION.md."""
 
 from __future__ import annotations
 
@@ -9,42 +9,82 @@ import pytest
 
 from tests.ingest.format_rows import FORMATS, ingest_rows, sniffed_name
 
-METRICS = FORMATS / "sglang" / "sglang-request-metrics-20251201_08.log"
-REQUEST_LOG = FORMATS / "sglang" / "sglang-request-log.jsonl"
+RECORDED = FORMATS / "sglang" / "recorded-0.5.23"
+METRICS = RECORDED / "sglang-request-metrics-20261207_19.log"
+REQUEST_LOG = RECORDED / "vm_0.log"
 TEXT_LOG = FORMATS / "sglang" / "sglang-issue-25887-server.log"
+
+IDS = ["a1f0c2d4e6b84f1a9c3e5d7b9f1a2c4e", "b2e1d3c5a7f94e2b8d4f6a8c0e2b4d6f", "c3f2e4d6b8a04f3c9e5a7b9d1f3c5e7a",
+       "d4a3f5e7c9b14a4d8f6b8c0e2a4d6f8b", "e5b4a6f8d0c24b5e9a7c9d1f3b5e7a9c"]
+
+
+def _check_recorded_rows(rows):
+    """The five requests SGLang's writers recorded, the same in both files (meta_info is shared)."""
+    assert [r["request_id"] for r in rows] == IDS
+    stop, length, stop_str, rejected, timeout = rows
+    assert (stop["provider"], stop["model"], stop["stream"], length["stream"]) == ("sglang", None, False, True)
+    # meta_info's Unix stamps, UTC (the machine's clock was UTC: the naive local times agree)
+    assert stop["t_arrival"] == datetime(2026, 12, 7, 19, 0, 32, 425791)
+    assert stop["t_end"] == datetime(2026, 12, 7, 19, 0, 32, 511599)
+    assert stop["e2e_s"] == pytest.approx(0.08580780900001628)
+    # TTFT is first_token_latency (0.5.23); the non-streamed one is the scheduler's prefill end
+    assert stop["ttft_s"] == pytest.approx(0.02554102997441987)
+    assert stop["tpot_s"] == pytest.approx((0.08580780900001628 - 0.02554102997441987) / 7)
+    assert stop["queue_s"] == pytest.approx(0.004076865999877555)
+    assert (stop["prompt_tokens"], stop["cached_tokens"], stop["completion_tokens"], stop["reasoning_tokens"]) == (
+        6, 0, 8, 0)
+    # finish_reason is an object: its type, normalised
+    assert (stop["finish_reason"], stop["status"], stop["max_tokens"], stop["http_status"]) == ("stop", "ok", 32, None)
+    assert (length["finish_reason"], length["max_tokens"], length["completion_tokens"]) == ("length", 16, 16)
+    assert (length["prompt_tokens"], length["cached_tokens"]) == (6, 5)  # radix-cache hit
+    assert length["ttft_s"] == pytest.approx(0.011578525999993872)
+    assert stop_str["finish_reason"] == "stop" and stop_str["queue_s"] == pytest.approx(0.15009397200014973)
+    # rejected before any prefill: HTTP 400 and its message; first_token_latency is its e2e there, so no TTFT
+    assert (rejected["finish_reason"], rejected["status"], rejected["http_status"]) == ("abort", "error", 400)
+    assert rejected["error_message"] == "Request prompt exceeds the KV memory budget: input_len=3001."
+    assert (rejected["prompt_tokens"], rejected["completion_tokens"], rejected["ttft_s"], rejected["queue_s"]) == (
+        3001, 0, None, 0.0)
+    # the scheduler's running timeout: an abort by message, whose meta_info has no stamps and no prompt_tokens
+    assert (timeout["finish_reason"], timeout["http_status"], timeout["stream"]) == ("abort", 503, True)
+    assert timeout["error_message"] == "Request running timeout reached."
+    assert (timeout["t_arrival"], timeout["t_end"], timeout["prompt_tokens"], timeout["ttft_s"]) == (
+        None, None, None, None)
+    assert (timeout["e2e_s"], timeout["completion_tokens"]) == (pytest.approx(0.21866668500001651), 24)
+    assert stop["attrs"]["decode_throughput"] == pytest.approx(116.1502259317189)
+    assert stop["attrs"]["inference_s"] is None  # no inference_time in 0.5.23
 
 
 def test_metrics_file_sniffed_with_units():
     assert sniffed_name(METRICS) == "sglang-request-metrics"
     source, rows, _ = ingest_rows(METRICS)
-    assert (source["rows"], source["bad_lines"]) == (3, 0)
-    stop, length, abort = rows
-    assert stop["request_id"] == "9f1c2a" and stop["provider"] == "sglang" and stop["model"] is None
-    assert stop["t_arrival"] == datetime(2025, 12, 1, 8, 20, 0, 125000)
-    assert stop["ttft_s"] == pytest.approx(0.0625) and stop["e2e_s"] == pytest.approx(0.2141)
-    assert stop["queue_s"] == pytest.approx(0.0123) and stop["max_tokens"] == 16 and stop["stream"] is False
-    # finish_reason is an object in the file: its type, normalised
-    assert (stop["finish_reason"], stop["finish_reason_raw"], stop["status"]) == ("stop", "stop", "ok")
-    assert (length["finish_reason"], length["cached_tokens"], length["prompt_tokens"]) == ("length", 5, 6)
-    assert length["tpot_s"] == pytest.approx((0.5 - 0.25) / 7)
-    assert (abort["finish_reason"], abort["http_status"], abort["status"]) == ("abort", 400, "error")
-    assert abort["error_message"].startswith("Requested token count exceeds")
-    assert abort["ttft_s"] is None  # no first token: unknown, not 0
+    assert (source["rows"], source["bad_lines"]) == (5, 0)
+    _check_recorded_rows(rows)
+    assert [r["attrs"]["finish_matched"] for r in rows[:3]] == ["128009", None, "\n\n"]
 
 
 def test_request_log_reads_finished_events_only():
+    """SGLang's JSON request log is '[local time] {json}' lines, not JSON lines: sniffed as such, finished events
+    only."""
     assert sniffed_name(REQUEST_LOG) == "sglang-request-log"
     source, rows, con = ingest_rows(REQUEST_LOG)
-    # 4 lines: two request.received events (dropped by the profile's `where`, not errors) and two finished ones
-    assert (source["rows"], source["bad_lines"]) == (2, 0)
-    assert [r["source_line"] for r in rows] == [2, 4]
+    # 10 lines: five request.received events (other messages, not errors) and five request.finished ones
+    assert (source["rows"], source["bad_lines"]) == (5, 0)
+    assert [r["source_line"] for r in rows] == [2, 4, 6, 8, 10]
     assert con.execute("SELECT count(*) FROM ingest_errors").fetchone()[0] == 0
-    first = rows[0]
-    # times from meta_info's Unix stamps, not from the naive local `timestamp`
-    assert first["t_arrival"] == datetime(2025, 12, 1, 8, 20, 0, 125000)
-    assert first["attrs"]["logged_at_local"] == "2025-12-01T09:20:00.340000"
-    assert first["ttft_s"] == pytest.approx(0.0625) and first["finish_reason"] == "stop"
-    assert rows[1]["cached_tokens"] == 5 and rows[1]["stream"] is True
+    _check_recorded_rows(rows)
+    # the naive local `timestamp` is kept aside, never used for the row's times
+    assert rows[0]["attrs"]["logged_at_local"] == "2026-12-07T19:00:32.511887"
+
+
+def test_request_log_line_cut_short_is_a_bad_line(tmp_path):
+    """A request.finished line cut short (a shipper's line limit) starts like a record: a bad line, kept with its
+    number, where the request.received lines stay other messages."""
+    lines = REQUEST_LOG.read_text().splitlines()
+    path = tmp_path / "vm_0.log"
+    path.write_text("\n".join([*lines, lines[1][:300]]) + "\n")
+    source, rows, con = ingest_rows(path)
+    assert (source["rows"], source["bad_lines"]) == (5, 1)
+    assert con.execute("SELECT line FROM ingest_errors").fetchone()[0] == len(lines) + 1
 
 
 def test_text_request_log_of_a_real_server():
@@ -94,3 +134,15 @@ def test_a_finish_line_the_pattern_cannot_read_is_a_bad_line(tmp_path):
     line, reason = con.execute("SELECT line, reason FROM ingest_errors").fetchone()
     assert line == len(lines) + 1
     assert reason == "the line starts like a sglang-request-log-text record but matches none of its [lines] patterns"
+
+
+def test_text_log_as_sglang_prints_it_is_sniffed(tmp_path):
+    """SGLang's console lines start with '[2026-05-20 08:02:44 ...]': without the issue's collector prefix the file
+    opens with '[', which must not be taken for a JSON array."""
+    lines = [line.split("\t", 2)[-1] for line in TEXT_LOG.read_text().splitlines()]
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(lines) + "\n")
+    assert lines[0].startswith("[2026-05-20 ")
+    assert sniffed_name(path) == "sglang-request-log-text"
+    source, rows, _ = ingest_rows(path)
+    assert (source["rows"], source["bad_lines"], rows[0]["http_status"]) == (1, 0, 503)

@@ -39,6 +39,7 @@ EXPECTED = {
     "vllm-request-log": "no line of the file matches the profile's [lines] patterns",
     "tgi-router-text": "no line of the file matches the profile's [lines] patterns",
     "sglang-request-log-text": "no line of the file matches the profile's [lines] patterns",
+    "sglang-request-log": "no line of the file matches the profile's [lines] patterns",
     "portkey-gateway-log-stream": "no line of the file matches the profile's [lines] patterns",
 }
 
