@@ -143,7 +143,8 @@ def _plan(path: Path, named: bool, profiles: list[Profile], forced: Profile | No
     if forced is not None:
         return _plan_forced(path, named, profiles, forced, sample, metrics_format)
     result = sniff(path, profiles, sample)
-    if result.profile is not None and result.profile.reader == "lines" and not named:
+    if result.profile is not None and result.profile.reader == "lines" and not result.profile.line_request_log \
+            and not named:
         # A console log mostly repeats what the request log beside it says: read only when named.
         return _Plan(path, named, "skip", sample=sample,
                      reason=f"{result.profile.title}: name the file to read it ({result.profile.name})")

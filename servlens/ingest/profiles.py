@@ -116,6 +116,8 @@ class Profile:
     line_key: list[str] = field(default_factory=list)
     # a regex a record's line starts with: such a line that no pattern matches is a bad line, not another message
     line_record_start: str | None = None
+    # every record line is a request (a request log written through a logger, not a console log): a folder reads it
+    line_request_log: bool = False
     detect_line: str | None = None
     detect_must: list[str] = field(default_factory=list)
     detect_may: list[str] = field(default_factory=list)
@@ -236,8 +238,11 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
     if unwrap and reader not in ("jsonl", "json"):
         raise ConfigError(f"Profile {name}: [unwrap] needs a JSON reader (jsonl or json)")
     lines = data.get("lines", {})
-    if not isinstance(lines, dict) or set(lines) - {"patterns", "key", "record_start"}:
-        raise ConfigError(f"Profile {name}: [lines] takes 'patterns', 'key' and 'record_start'", "See docs/profiles.md")
+    if not isinstance(lines, dict) or set(lines) - {"patterns", "key", "record_start", "request_log"}:
+        raise ConfigError(f"Profile {name}: [lines] takes 'patterns', 'key', 'record_start' and 'request_log'",
+                          "See docs/profiles.md")
+    if not isinstance(lines.get("request_log", False), bool):
+        raise ConfigError(f"Profile {name}: lines.request_log must be true or false")
     if (reader == "lines") != bool(lines.get("patterns")):
         raise ConfigError(f"Profile {name}: reader 'lines' goes with [lines] patterns (regexes with named "
                           "captures)")
@@ -296,6 +301,7 @@ def parse_profile(data: dict, path: str, builtin: bool = False) -> Profile:
         line_names=line_names,
         line_key=line_key,
         line_record_start=record_start,
+        line_request_log=lines.get("request_log", False),
         detect_line=detect_line,
         detect_must=_strings(detect.get("must"), "detect.must", name),
         detect_may=_strings(detect.get("may"), "detect.may", name),

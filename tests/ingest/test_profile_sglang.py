@@ -146,3 +146,20 @@ def test_text_log_as_sglang_prints_it_is_sniffed(tmp_path):
     assert sniffed_name(path) == "sglang-request-log-text"
     source, rows, _ = ingest_rows(path)
     assert (source["rows"], source["bad_lines"], rows[0]["http_status"]) == (1, 0, 503)
+
+
+def test_a_folder_reads_the_json_request_log_and_lists_the_console_log(tmp_path):
+    """SGLang's --log-requests-target folder: the JSON request log (written through SGLang's logger, so a line
+    reader) holds requests only and is read from a folder; the text console log beside it is listed, not read."""
+    import shutil
+
+    from servlens.ingest.api import ingest_inputs
+    from servlens.store.schema import open_store
+
+    for path in (REQUEST_LOG, TEXT_LOG):
+        shutil.copy(path, tmp_path / path.name)
+    report = ingest_inputs(open_store(None), [str(tmp_path)], run="t").to_dict()
+    assert [(s["path"].rsplit("/", 1)[-1], s["format"], s["rows"]) for s in report["sources"]] == [
+        ("vm_0.log", "sglang-request-log", 5)]
+    assert [(s["path"].rsplit("/", 1)[-1], s["reason"].rsplit("(", 1)[-1]) for s in report["skipped"]] == [
+        (TEXT_LOG.name, "sglang-request-log-text)")]
