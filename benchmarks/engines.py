@@ -157,7 +157,7 @@ def _differences(got, want, path: str = "") -> list[str]:
     return [] if got == want else [f"{path}: {got!r:.120} vs {want!r:.120}"]
 
 
-def bench_engine(url: str, export: Path, rules) -> dict:
+def bench_engine(url: str, export: Path, rules, analysis: bool = True) -> dict:
     from servlens.engines import TableSource, open_engine
     from servlens.engines.analysis import analyze_on_engine
 
@@ -177,6 +177,9 @@ def bench_engine(url: str, export: Path, rules) -> dict:
             rows = engine.query(sql)
             out["queries"][name] = {"s": time.perf_counter() - started, "cpu_s": _cpu_s() - cpu,
                                     "rows_moved": engine.stats.rows_moved - before, "result": rows}
+        out["version"] = engine.version()
+        if not analysis:
+            return out
         before = engine.stats.rows_moved, engine.stats.queries
         started, cpu = time.perf_counter(), _cpu_s()
         if engine.name == "duckdb":  # as `servlens analyze --engine duckdb` runs it: the store's own runner
@@ -192,7 +195,6 @@ def bench_engine(url: str, export: Path, rules) -> dict:
                                        for f in doc["findings"] if f["state"] != "not_evaluable"},
                           "workload": {r: {k: p.get(k) for k in ("lengths", "latency")}
                                        for r, p in doc["workload"]["runs"].items()}}
-        out["version"] = engine.version()
         out["cpu_s"] = _cpu_s() - cpu_started
     finally:
         engine.close()
@@ -207,10 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--compare-requests", help="also time compare on a generated pair of this many requests a side")
     ap.add_argument("--skip-analysis", action="store_true", help="only the compare stage")
+    ap.add_argument("--reference", type=Path, help="an earlier output of this script on the same export: its first "
+                    "engine (DuckDB) is the reference, not run again (its queries are, when the file lacks results)")
     args = ap.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     from servlens.analysis.rules import load_rules
-    from servlens.engines.base import same_number
 
     rules = [r for r in load_rules([REPO / "tests" / "analysis" / "data" / "user_rules"]) if r.sql]
     result = {"requests": args.requests, "engines": []}
@@ -228,26 +231,26 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
         return 0
     result["prepare"] = prepare(args.requests, args.workdir)
+    if args.reference:
+        reference = json.loads(args.reference.read_text())["engines"][0]
+        if any("result" not in q for q in reference["queries"].values()):
+            reference["queries"] = bench_engine("duckdb", args.workdir / "export", rules, analysis=False)["queries"]
+        result["reference"] = str(args.reference)
+        result["engines"].append(reference)
     for url in args.engines.split(","):
         result["engines"].append(bench_engine(url, args.workdir / "export", rules))
         print(json.dumps({k: v for k, v in result["engines"][-1].items() if k not in ("queries", "analyze")}),
               file=sys.stderr)
+    result["engines"] = json.loads(json.dumps(result["engines"], default=str))  # a reference read back is JSON too
     reference = result["engines"][0]
     for other in result["engines"][1:]:
-        same = True
-        for name, q in reference["queries"].items():
-            mine = other["queries"][name]["result"]
-            same &= len(mine) == len(q["result"]) and all(
-                same_number(a[k], b[k], rel=1e-12) for a, b in zip(q["result"], mine) for k in a)
-        mine = other["analyze"]["findings"]
-        for key, (state, metrics) in reference["analyze"]["findings"].items():
-            same &= key in mine and mine[key][0] == state and all(
-                same_number(v, mine[key][1].get(k), rel=1e-12) for k, v in metrics.items())
-        same &= other["analyze"]["workload"] == reference["analyze"]["workload"]
-        other["same_as_duckdb"] = bool(same)
-    for engine in result["engines"]:
-        for q in engine["queries"].values():
-            q["result_rows"] = len(q.pop("result"))
+        # exact quantiles equal to 1e-12; a sum or mean over 10M rows to 1e-9 (its last digits follow the order)
+        differences = [d for name, q in reference["queries"].items()
+                       for d in _differences(other["queries"][name]["result"], q["result"], f"queries.{name}")]
+        differences += _differences(other["analyze"]["findings"], reference["analyze"]["findings"], "findings")
+        differences += _differences(other["analyze"]["workload"], reference["analyze"]["workload"], "workload")
+        other["same_as_duckdb"] = not differences
+        other["differences"] = differences[:20]
     args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
     return 0
 
