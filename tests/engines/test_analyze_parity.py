@@ -176,7 +176,7 @@ def test_a_sql_finding_moves_one_row(chdb_engine):
 # (tests/engines/test_function_map.py). Then (tests/engines/test_spark_sql.py): `FROM t WHERE (c)` read as an alias
 # (SL002), untyped NULLs in the metrics row, a renamed CTE losing its column list (SL013), LISTAGG DISTINCT's
 # ClassCastException (SL006), Spark's [] for DuckDB's NULL list (SL010), the driver's memory (a cluster's client-mode
-# driver ran out of its default 1 GB too: DRIVER_CONF). Measured on 2 cores (2026-12-02/03): local[2] 1,355 s, the
+# driver ran out of its default 1 GB too: driver_conf). Measured on 2 cores (2026-12-02/03): local[2] 1,355 s, the
 # standalone cluster 1,598 s.
 
 

@@ -65,8 +65,22 @@ def test_the_metrics_row_is_typed_literals_on_spark(spark_local_engine):
 
 
 @pytest.mark.engines
-def test_spark_local_driver_has_two_gigabytes(spark_local_engine):
-    assert spark_local_engine.spark.sparkContext.getConf().get("spark.driver.memory") == "2g"
+def test_spark_local_driver_has_a_quarter_of_the_ram_within_two_and_eight_gigabytes(spark_local_engine):
+    from servlens.engines.spark_engine import driver_conf
+
+    assert spark_local_engine.spark.sparkContext.getConf().get("spark.driver.memory") == \
+        driver_conf()["spark.driver.memory"]
+
+
+@pytest.mark.parametrize("ram_gib, env, expected", [(24, "", "6g"), (4, "", "2g"), (64, "", "8g"), (24, "12g", "12g")])
+def test_the_spark_driver_memory_follows_the_ram_unless_spark_driver_memory_is_set(monkeypatch, ram_gib, env,
+                                                                                    expected):
+    from servlens.engines import spark_engine
+    from servlens.store import schema
+
+    monkeypatch.setenv("SPARK_DRIVER_MEMORY", env)
+    monkeypatch.setattr(schema, "_physical_memory_bytes", lambda: ram_gib << 30)
+    assert spark_engine.driver_conf() == {"spark.driver.memory": expected}
 
 
 DISTINCT_STRING_AGG = ("SELECT run, string_agg(DISTINCT finish_reason, ', ' ORDER BY finish_reason) "
