@@ -122,15 +122,23 @@ def _prepare(con: duckdb.DuckDBPyConnection, runs: list[str], targets: dict | No
                    {FAILED} AS is_failed, {answered()} AS is_answered,
                    {_target_sql(targets, 'ttft_s')} AS ttft_target, {_target_sql(targets, 'tpot_s')} AS tpot_target
             FROM requests WHERE run IN ({run_list})),
+        -- The sweep's partitions are numbered: sorting two million events by run, model and deployment text
+        -- (deployment URLs that share their first dozens of bytes) took twice as long (3.3 -> 1.6 s CPU at 1M).
+        scopes AS (
+            SELECT run, model, deployment, row_number() OVER () AS scope_id
+            FROM (SELECT DISTINCT run, model, deployment FROM base)),
+        timed AS (
+            SELECT s.scope_id, b.run, b.source_id, b.source_line, b.t_at, b.t_done FROM base b
+            JOIN scopes s ON s.run = b.run AND s.model IS NOT DISTINCT FROM b.model
+                         AND s.deployment IS NOT DISTINCT FROM b.deployment
+            WHERE b.t_at IS NOT NULL AND b.t_done IS NOT NULL),
         ev AS (
-            SELECT run, model, deployment, source_id, source_line, t_at AS t, 1 AS d FROM base
-            WHERE t_at IS NOT NULL AND t_done IS NOT NULL
+            SELECT scope_id, run, source_id, source_line, t_at AS t, 1 AS d FROM timed
             UNION ALL
-            SELECT run, model, deployment, NULL, NULL, greatest(t_done, t_at), -1 FROM base
-            WHERE t_at IS NOT NULL AND t_done IS NOT NULL),
+            SELECT scope_id, NULL, NULL, NULL, greatest(t_done, t_at), -1 FROM timed),
         sweep AS (
             -- ends before arrivals at equal times: back-to-back requests do not overlap
-            SELECT source_id, source_line, run, sum(d) OVER (PARTITION BY run, model, deployment ORDER BY t, d
+            SELECT source_id, source_line, run, sum(d) OVER (PARTITION BY scope_id ORDER BY t, d
                                                         ROWS UNBOUNDED PRECEDING) AS inflight
             FROM ev),
         judged AS (
