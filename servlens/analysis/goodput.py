@@ -14,7 +14,8 @@ benchmark tools measure it against their own synthetic load, this measures it fr
   target); long prefill (TTFT over the target even without the queue); slow first token when the sources do not
   split queue from prefill; slow decode (TPOT over the target);
 - capacity: each request's in-flight count at its arrival (requests of the same run, model and deployment whose
-  arrival..end interval covers it, itself included; from the logs' own times, an end time or arrival + e2e) groups
+  arrival..end interval covers it, itself included, those arriving at the same moment counted in log order; from
+  the logs' own times, an end time or arrival + e2e) groups
   the requests into concurrency levels; per level the TTFT/TPOT p99 and the attainment. A target breaks at the
   lowest level (with MIN_LEVEL_REQUESTS judged) whose share meeting it falls below the objective (99% for a single
   target — its p99 is over the target; 90% for both together, DistServe's attainment goal). The confidence says how
@@ -137,9 +138,11 @@ def _prepare(con: duckdb.DuckDBPyConnection, runs: list[str], targets: dict | No
             UNION ALL
             SELECT scope_id, NULL, NULL, NULL, greatest(t_done, t_at), -1 FROM timed),
         sweep AS (
-            -- ends before arrivals at equal times: back-to-back requests do not overlap
-            SELECT source_id, source_line, run, sum(d) OVER (PARTITION BY scope_id ORDER BY t, d
-                                                        ROWS UNBOUNDED PRECEDING) AS inflight
+            -- ends before arrivals at equal times: back-to-back requests do not overlap; arrivals at equal times
+            -- count in log order (unordered, a rerun could swap their in-flight counts)
+            SELECT source_id, source_line, run,
+                   sum(d) OVER (PARTITION BY scope_id ORDER BY t, d, source_id, source_line
+                                ROWS UNBOUNDED PRECEDING) AS inflight
             FROM ev),
         judged AS (
             SELECT b.*, s.inflight,
