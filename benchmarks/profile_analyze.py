@@ -79,6 +79,12 @@ class StatementClock:
         with self._clock.time(key):
             return self._con.execute(sql, *args, **kwargs)
 
+    @property
+    def __class__(self):
+        # isinstance(con, duckdb.DuckDBPyConnection) holds, so code that tells DuckDB from an engine's connection
+        # (Context.has_temp_table) takes the DuckDB path it takes without the proxy.
+        return type(self._con)
+
     def __getattr__(self, name):
         return getattr(self._con, name)
 
@@ -122,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         con = StatementClock(con, statements)
     select = [s for s in (args.select or "").split(",") if s]
     rules = runnable(select_rules(load_rules([]), select, []), select, False)
-    clock.wrap(runner, "prepare_scope", lambda con, scope: "prepare_scope (scope table + presence)")
+    clock.wrap(runner, "prepare_scope", lambda *a, **k: "prepare_scope (scope table + presence)")
     clock.wrap(runner, "evaluate", lambda con, rule, *a, **k: f"rule {rule.id}")
     clock.wrap(runner, "coverage", lambda *a, **k: "coverage")
     # runner.analyze imports these inside the function, from their modules: wrap them there.

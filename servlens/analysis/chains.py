@@ -30,7 +30,7 @@ from typing import Any
 
 import duckdb
 
-from servlens.analysis.failures import ERROR_CLASS, FAILED, failed
+from servlens.analysis.failures import ERROR_CLASS, FAILED
 from servlens.analysis.runner import sql_literal
 
 
@@ -65,9 +65,13 @@ LINKS: tuple[Link, ...] = (
 SAME_STEP = (("SL011", "SL013"),)
 
 _TIMEOUT = f"({FAILED} AND {ERROR_CLASS} = 'timeout')"
-_FALLBACK_HERE = """EXISTS (SELECT 1 FROM requests o WHERE o.run = r.run AND o.trace_id = r.trace_id
-    AND (o.model IS DISTINCT FROM r.model OR o.deployment IS DISTINCT FROM r.deployment)
-    AND {failed_o} AND (o.t_end <= r.t_end OR (o.t_end IS NULL OR r.t_end IS NULL) AND o.attempt < r.attempt))"""
+# SL005's condition: a failed attempt of the same trace elsewhere ended before this one. It depends only on these
+# columns of the request, so it is decided once per distinct value of them among the attempts of failed traces
+# (chain_fallbacks) and joined back to the store's rows: a correlated EXISTS over the whole store, once per SL005
+# finding and twice in the query, was most of build_chains (8.4 s CPU at 1M rows with four SL005 findings).
+_FALLBACK_KEY = ("run", "trace_id", "model", "deployment", "t_end", "attempt")
+_FALLBACK_HERE = """(o.model IS DISTINCT FROM r.model OR o.deployment IS DISTINCT FROM r.deployment)
+    AND (o.t_end <= r.t_end OR (o.t_end IS NULL OR r.t_end IS NULL) AND o.attempt < r.attempt)"""
 _CONTEXT = f"({ERROR_CLASS} = 'context_validation' OR lower(coalesce(finish_reason_raw, '')) LIKE '%context%')"
 # rule -> (the condition on a request row `r`, whether the finding's windows bound its requests)
 MEMBERS: dict[str, tuple[str, bool]] = {
@@ -78,7 +82,7 @@ MEMBERS: dict[str, tuple[str, bool]] = {
     "SL010": ("tpot_s IS NOT NULL", False),
     "SL011": (_TIMEOUT, False),   # narrowed to the limit's band when the finding names it
     "SL013": (FAILED, False),
-    "SL005": (_FALLBACK_HERE.format(failed_o=failed("o")), False),
+    "SL005": ("fallback_here", False),   # a column of _gather_members' rows (_FALLBACK_HERE)
     "SL002": ("finish_reason = 'length'", False),
     "SL012": (_CONTEXT, False),
 }
@@ -93,13 +97,14 @@ def _scope_where(scope: dict, alias: str = "r") -> str:
 
 
 def _member_sql(finding: dict) -> str:
+    """The finding's condition on a request row `r` of its scope (the scope itself is the join in _gather_members)."""
     condition, windowed = MEMBERS[finding["rule"]]
     metrics = finding["evidence"].get("metrics") or {}
     if finding["rule"] == "SL011" and metrics.get("limit_s") is not None and metrics.get("band_start_s") is not None:
         # The band of durations the timeouts fell in: from the limit up to band_end_s where SL011 names one.
         high = metrics.get("band_end_s") if metrics.get("band_end_s") is not None else metrics["limit_s"]
         condition = f"({FAILED} AND e2e_s BETWEEN {float(metrics['band_start_s'])} AND {float(high)})"
-    where = [_scope_where(finding["scope"]), condition]
+    where = [condition]
     windows = finding["evidence"].get("windows") or []
     if windowed and windows:
         at = "coalesce(r.t_arrival, r.t_first_token, r.t_end)"
@@ -127,18 +132,7 @@ def build_chains(con: duckdb.DuckDBPyConnection, findings: list[dict]) -> list[d
     nodes = [f for f in findings if f["state"] == "fired" and f["rule"] in MEMBERS]
     if len(nodes) < 2:
         return []
-    con.execute("CREATE OR REPLACE TEMP TABLE chain_members (node INTEGER, source_id INTEGER, source_line BIGINT, "
-                "trace_key VARCHAR, t_at TIMESTAMP, t_end TIMESTAMP, attempt INTEGER)")
-    # One scan of the store for every finding's members (a scan per finding read a spilled store again each time:
-    # x9.5 from 1M to 3M rows); a request in several findings is one row per finding.
-    conditions = [_member_sql(f) for f in nodes]
-    member_of = ", ".join(f"CASE WHEN {c} THEN {i} END" for i, c in enumerate(conditions))
-    con.execute(f"""INSERT INTO chain_members
-        SELECT node, source_id, source_line, trace_key, t_at, t_end, attempt FROM (
-            SELECT unnest(list_filter([{member_of}], lambda n: n IS NOT NULL)) AS node, r.source_id, r.source_line,
-                   coalesce(r.trace_id, r.request_id) AS trace_key,
-                   coalesce(r.t_arrival, r.t_first_token, r.t_end) AS t_at, r.t_end, r.attempt
-            FROM requests r WHERE {" OR ".join(f"({c})" for c in conditions)})""")
+    _gather_members(con, nodes)
     sizes = dict(con.execute("SELECT node, count(*) FROM chain_members GROUP BY node").fetchall())
     spans = {i: _span(f, con, i) for i, f in enumerate(nodes)}
     edges: dict[tuple[int, int], dict] = {}
@@ -160,6 +154,50 @@ def build_chains(con: duckdb.DuckDBPyConnection, findings: list[dict]) -> list[d
         return _chains(con, nodes, edges, sizes, spans)
     finally:
         con.execute("DROP TABLE IF EXISTS chain_members")
+
+
+def _gather_members(con: duckdb.DuckDBPyConnection, nodes: list[dict]) -> None:
+    """chain_members: every fired finding's member requests, one row per (finding, request), in one scan.
+
+    A request is read only when it meets the row condition of a fired rule (every finding's condition implies its
+    rule's; SL011's band implies failed), then meets only the findings of its own scope (a join on run, model and
+    deployment with a small table of the findings' scopes) and is tested against each one's condition alone.
+    Testing every request against every finding's condition, scope included, cost 8.4 s CPU at 1M rows for 22
+    findings (RESULTS.md stop 19)."""
+    con.execute("CREATE OR REPLACE TEMP TABLE chain_members (node INTEGER, source_id INTEGER, source_line BIGINT, "
+                "trace_key VARCHAR, t_at TIMESTAMP, t_end TIMESTAMP, attempt INTEGER)")
+    rules = {f["rule"] for f in nodes}
+    fallbacks = "SL005" in rules
+    if fallbacks:
+        key = ", ".join(_FALLBACK_KEY)
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE chain_fallbacks AS
+            WITH failed AS (SELECT {key} FROM requests WHERE trace_id IS NOT NULL AND {FAILED}),
+            attempts AS (SELECT DISTINCT {key} FROM requests WHERE trace_id IN (SELECT trace_id FROM failed))
+            SELECT r.* FROM attempts r
+            WHERE EXISTS (SELECT 1 FROM failed o WHERE o.run = r.run AND o.trace_id = r.trace_id
+                          AND {_FALLBACK_HERE})""")
+    implied = {"SL011": FAILED, "SL005": "f.run IS NOT NULL"}   # SL011's band and timeouts are failed requests
+    prefilter = " OR ".join(f"({c})" for c in sorted({implied.get(rule, MEMBERS[rule][0]) for rule in rules}))
+    scopes = ", ".join(f"({i}, " + ", ".join("CAST(NULL AS VARCHAR)" if f["scope"].get(k) is None
+                                             else sql_literal(f["scope"][k]) for k in ("run", "model", "deployment"))
+                       + ")" for i, f in enumerate(nodes))
+    condition = " ".join(f"WHEN {i} THEN {_member_sql(f)}" for i, f in enumerate(nodes))
+    joined = ""
+    if fallbacks:
+        joined = " LEFT JOIN chain_fallbacks f ON " + " AND ".join(f"f.{k} IS NOT DISTINCT FROM r.{k}"
+                                                                 for k in _FALLBACK_KEY)
+    try:
+        con.execute(f"""INSERT INTO chain_members
+            WITH scopes(node, scope_run, scope_model, scope_deployment) AS (VALUES {scopes}),
+            r AS (SELECT r.*{", f.run IS NOT NULL AS fallback_here" if fallbacks else ""} FROM requests r{joined}
+                  WHERE {prefilter})
+            SELECT n.node, r.source_id, r.source_line, coalesce(r.trace_id, r.request_id) AS trace_key,
+                   coalesce(r.t_arrival, r.t_first_token, r.t_end) AS t_at, r.t_end, r.attempt
+            FROM r JOIN scopes n ON r.run IS NOT DISTINCT FROM n.scope_run
+                 AND r.model IS NOT DISTINCT FROM n.scope_model AND r.deployment IS NOT DISTINCT FROM n.scope_deployment
+            WHERE CASE n.node {condition} END""")
+    finally:
+        con.execute("DROP TABLE IF EXISTS chain_fallbacks")
 
 
 def _related(link: Link, a: dict, b: dict) -> bool:
