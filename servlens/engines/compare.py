@@ -30,6 +30,10 @@ from servlens.errors import ConfigError, InputError
 
 # source_id and source_line as one BIGINT in their order (ids < 2^31, lines < 2^32 per file)
 EXPORT_ORDER = "(CAST(source_id AS BIGINT) * 4294967296 + source_line)"
+# compare's largest answer: a latency's counts per side × time batch (≤ 50) × cohort × occupied 0.5% log bin. It grows
+# with the requests until the bins fill (two sides of 1M requests: see benchmarks/RESULTS.md), then stays: about
+# 1,400 bins span three decades of latency. The analysis cap (MAX_RESULT_ROWS, 100k) refused a 1M-request pair.
+COMPARE_MAX_ROWS = 5_000_000
 
 
 class CompareConnection(EngineConnection):
@@ -39,6 +43,7 @@ class CompareConnection(EngineConnection):
 
     def __init__(self, engine: Engine, manifest: dict | None = None, runs: tuple[str, ...] = ()):
         super().__init__(engine)
+        engine.max_rows = max(engine.max_rows, COMPARE_MAX_ROWS)
         # the store's `sources` table as compare reads it (the two runs' request logs), from the export's manifest
         kept = {"runs": {run: {"sources": [s for s in meta.get("sources", []) if s.get("kind") == "requests"]}
                          for run, meta in (manifest or {}).get("runs", {}).items() if not runs or run in runs}}
