@@ -209,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--compare-requests", help="also time compare on a generated pair of this many requests a side")
     ap.add_argument("--skip-analysis", action="store_true", help="only the compare stage")
+    ap.add_argument("--queries-only", action="store_true", help="the function-map query set, not the analysis")
     ap.add_argument("--reference", type=Path, help="an earlier output of this script on the same export: its first "
                     "engine (DuckDB) is the reference, not run again (its queries are, when the file lacks results)")
     args = ap.parse_args(argv)
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         result["reference"] = str(args.reference)
         result["engines"].append(reference)
     for url in args.engines.split(","):
-        result["engines"].append(bench_engine(url, args.workdir / "export", rules))
+        result["engines"].append(bench_engine(url, args.workdir / "export", rules, analysis=not args.queries_only))
         print(json.dumps({k: v for k, v in result["engines"][-1].items() if k not in ("queries", "analyze")}),
               file=sys.stderr)
     result["engines"] = json.loads(json.dumps(result["engines"], default=str))  # a reference read back is JSON too
@@ -247,8 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         # exact quantiles equal to 1e-12; a sum or mean over 10M rows to 1e-9 (its last digits follow the order)
         differences = [d for name, q in reference["queries"].items()
                        for d in _differences(other["queries"][name]["result"], q["result"], f"queries.{name}")]
-        differences += _differences(other["analyze"]["findings"], reference["analyze"]["findings"], "findings")
-        differences += _differences(other["analyze"]["workload"], reference["analyze"]["workload"], "workload")
+        if "analyze" in reference and "analyze" in other:
+            differences += _differences(other["analyze"]["findings"], reference["analyze"]["findings"], "findings")
+            differences += _differences(other["analyze"]["workload"], reference["analyze"]["workload"], "workload")
         other["same_as_duckdb"] = not differences
         other["differences"] = differences[:20]
     args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
