@@ -189,6 +189,8 @@ class EngineConnection:
     $name (dict) or ? (list) parameters substituted as SQL literals, the current views as CTEs, and
     `CREATE TEMP VIEW x AS ...` kept as one more such view (nothing is created on the engine)."""
 
+    max_rows: int | None = None  # the engine's own cap (MAX_RESULT_ROWS) unless a connection needs another
+
     def __init__(self, engine: Engine):
         self.engine = engine
         self.views: dict[str, str] = {}
@@ -219,7 +221,7 @@ class EngineConnection:
                                           for c in columns) for row in rows)
                     if rows else "SELECT NULL AS none WHERE 1 = 0")
             return _Cursor([])
-        rows = self.engine.query(sql, views=self.views)
+        rows = self.engine.query(sql, views=self.views, max_rows=self.max_rows)
         if len(rows) == 1 and list(rows[0]) == ["decided"] and rows[0]["decided"] in (0, 1):
             rows = [{"decided": bool(rows[0]["decided"])}]  # ClickHouse answers a predicate with 0/1
         return _Cursor(rows, self.engine.last_columns)

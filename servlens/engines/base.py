@@ -166,9 +166,10 @@ class Engine:
                     table.replace(replacement)
         return translate(tree, self.name, copy=False)
 
-    def query(self, sql: str, views: dict[str, str] | None = None) -> list[dict]:
-        """Run portable SQL; its rows as dicts of plain Python values (naive UTC datetimes, floats, ints, str)."""
-        return self._run(self._computed_native(sql, views), sql)
+    def query(self, sql: str, views: dict[str, str] | None = None, max_rows: int | None = None) -> list[dict]:
+        """Run portable SQL; its rows as dicts of plain Python values (naive UTC datetimes, floats, ints, str).
+        `max_rows` replaces the engine's cap for this query (compare's binned counts)."""
+        return self._run(self._computed_native(sql, views), sql, max_rows)
 
     def _computed_native(self, sql: str, views: dict[str, str] | None) -> str:
         """The native SQL with servlens' statistical functions computed in Python from the engine's aggregates
@@ -185,17 +186,18 @@ class Engine:
         The rows stay on the engine."""
         return None
 
-    def _run(self, native: str, sql: str) -> list[dict]:
+    def _run(self, native: str, sql: str, max_rows: int | None = None) -> list[dict]:
+        max_rows = max_rows or self.max_rows
         started = time.perf_counter()
         try:
-            rows = self._fetch(native, self.max_rows + 1)
+            rows = self._fetch(native, max_rows + 1)
         except ConfigError:
             raise
         except Exception as exc:  # each client has its own error classes; one sentence, the engine named
             raise EngineError(self, native, exc) from exc
         self.stats.seconds += time.perf_counter() - started
-        if len(rows) > self.max_rows:
-            raise ConfigError(f"A query on {self.name} returned more than {self.max_rows} rows; servlens only moves "
+        if len(rows) > max_rows:
+            raise ConfigError(f"A query on {self.name} returned more than {max_rows} rows; servlens only moves "
                               "aggregates", "This is a bug in the rule's SQL: aggregate before returning rows")
         self.stats.queries += 1
         self.stats.rows_moved += len(rows)

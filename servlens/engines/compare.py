@@ -40,10 +40,10 @@ class CompareConnection(EngineConnection):
     """What compare needs of a DuckDB connection, answered by an engine (only aggregates come back)."""
 
     stored_order = EXPORT_ORDER
+    max_rows = COMPARE_MAX_ROWS  # this connection's queries only: an analysis on the same engine keeps its cap
 
     def __init__(self, engine: Engine, manifest: dict | None = None, runs: tuple[str, ...] = ()):
         super().__init__(engine)
-        engine.max_rows = max(engine.max_rows, COMPARE_MAX_ROWS)
         # the store's `sources` table as compare reads it (the two runs' request logs), from the export's manifest
         kept = {"runs": {run: {"sources": [s for s in meta.get("sources", []) if s.get("kind") == "requests"]}
                          for run, meta in (manifest or {}).get("runs", {}).items() if not runs or run in runs}}

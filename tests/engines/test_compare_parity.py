@@ -248,3 +248,22 @@ def test_user_errors_on_an_engine_are_one_sentence(pair_export, tmp_path):
                     "--after", "burst50", "--slo", "ttft=2s", cwd=tmp_path)
     assert slo.returncode == 2
     assert slo.stderr.startswith("Error: --slo's goodput gate is computed on DuckDB only, not on chdb")
+
+
+def test_compares_row_cap_is_its_own_and_leaves_the_engines_analysis_cap(pair_export):
+    """compare's binned counts may exceed the analysis cap (a 1M-request pair moved 5.3M rows); the larger cap is the
+    compare connection's, so an analysis on the same engine still refuses a detail table."""
+    from servlens.engines import TableSource, open_engine
+    from servlens.engines.base import MAX_RESULT_ROWS
+    from servlens.engines.compare import COMPARE_MAX_ROWS
+    from servlens.errors import ConfigError
+
+    with open_engine("duckdb") as engine:
+        engine.bind(TableSource.parse(f"parquet:{pair_export}"))
+        engine.max_rows = 10
+        conn = CompareConnection(engine)
+        assert conn.max_rows == COMPARE_MAX_ROWS > MAX_RESULT_ROWS
+        assert len(conn.execute("SELECT request_id FROM requests LIMIT 50").fetchall()) == 50
+        assert engine.max_rows == 10
+        with pytest.raises(ConfigError, match="returned more than 10 rows"):
+            engine.query("SELECT request_id FROM requests LIMIT 50")
