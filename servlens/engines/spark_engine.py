@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 from servlens.engines.base import Engine, arrow_types
@@ -34,8 +35,13 @@ DRIVER_MEMORY_ENV = "SPARK_DRIVER_MEMORY"
 
 def driver_conf() -> dict[str, str]:
     """The driver's memory: SPARK_DRIVER_MEMORY when set (Spark's own variable), else RAM / 4 within 2-8 GB."""
-    if os.environ.get(DRIVER_MEMORY_ENV, "").strip():
-        return {"spark.driver.memory": os.environ[DRIVER_MEMORY_ENV].strip()}
+    wanted = os.environ.get(DRIVER_MEMORY_ENV, "").strip()
+    if wanted:
+        # a size the JVM takes (-Xmx): a bad one made Java exit and the error blamed Java or the URL
+        if not re.fullmatch(r"\d+[kmgt]?", wanted, re.IGNORECASE):
+            raise ConfigError(f"{DRIVER_MEMORY_ENV}={wanted!r} is not a memory size",
+                              "Set it like 8g or 4096m, or unset it for a quarter of the RAM")
+        return {"spark.driver.memory": wanted}
     from servlens.store.schema import _physical_memory_bytes
 
     total = _physical_memory_bytes() or 0

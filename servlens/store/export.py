@@ -52,16 +52,14 @@ def export_parquet(con: duckdb.DuckDBPyConnection, folder: str | Path, runs: lis
             target = folder / table / f"run={partition_value(run)}"
             if target.exists():
                 shutil.rmtree(target)
-            n = con.execute(f"SELECT count(*) FROM {table} WHERE run = ?", [run]).fetchone()[0]
-            counts[table] = int(n)
-            if not n:
-                continue
+            # each day's rows, counted in the same pass that finds the days
+            days = con.execute(f"SELECT {day} AS d, count(*) FROM {table} WHERE run = ? GROUP BY d ORDER BY d",
+                               [run]).fetchall()
+            counts[table] = sum(int(n) for _, n in days)
             # One sorted COPY per day, not one COPY with PARTITION_BY (day): DuckDB's partitioned writer of a sorted
             # query ran out of the default 768 MiB on a 10M-request day, where a sorted COPY to one file spills.
             # `day` is not a canonical column: it only names the folder.
-            days = [d for (d,) in con.execute(f"SELECT DISTINCT {day} FROM {table} WHERE run = ? ORDER BY 1",
-                                              [run]).fetchall()]
-            for value in days:
+            for value, _ in days:
                 part = target / f"day={HIVE_NULL if value is None else value.isoformat()}"
                 part.mkdir(parents=True)
                 where = f"{day} IS NULL" if value is None else f"{day} = DATE '{value.isoformat()}'"

@@ -119,3 +119,13 @@ def test_a_scope_view_is_persisted_once_and_replaced_by_the_next_scope_on_spark(
     second = engine.materialise("scope_requests", "SELECT * FROM requests WHERE run = 'edge' AND false")
     assert engine.query("SELECT count(*) AS n FROM scope_requests", views={"scope_requests": second}) == [{"n": 0}]
     assert not kept.is_cached and engine._persisted["scope_requests"].is_cached
+
+
+def test_a_spark_driver_memory_that_is_not_a_size_is_one_sentence(monkeypatch):
+    from servlens.engines import spark_engine
+    from servlens.errors import ConfigError
+
+    monkeypatch.setenv("SPARK_DRIVER_MEMORY", "banana")
+    with pytest.raises(ConfigError, match=r"^SPARK_DRIVER_MEMORY='banana' is not a memory size\. Set it like 8g or 4096m, or unset it for a "
+                                         r"quarter of the RAM\.$"):
+        spark_engine.driver_conf()
