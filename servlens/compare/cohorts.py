@@ -352,7 +352,10 @@ def latency_histograms(con: duckdb.DuckDBPyConnection, before: str, after: str, 
             FROM requests {join} WHERE {where})
         SELECT side, {', '.join(keys) + ', ' if keys else ''}batch, {bin_sql('v')} AS bin, count(*) AS n
         FROM base GROUP BY ALL"""
+    # in one order every time: the batch means sum these cells in floating point, and a GROUP BY answers in
+    # whatever order its threads finish (the same compare twice differed in a p-value's last digit)
     frame = _frame(con, agg, params)
+    frame = frame.sort(frame.columns[:-1], nulls_last=True)
     if fit is not None:
         con.unregister("_servlens_cmp_fit")
     if frame.height == 0:
