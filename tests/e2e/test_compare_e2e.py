@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 
-from .records import servlens, ttfts_and_cache_hits
+from .records import load_records, servlens, ttfts_and_cache_hits
 
 
 def _compare(engine_store, tmp_path, before, after):
@@ -45,13 +45,27 @@ def test_cache_on_makes_ttft_fall(engine_store, engine_out, tmp_path):
         assert ttft_p50["verdict"] == "pass"
 
 
-def test_two_identical_steady_runs_do_not_fail(engine_store, tmp_path):
-    """The gate's verdict, not each gate: on a shared 2-core machine the second run can meet different
-    contention, and a non-critical gate (TTFT p50 of ~40 ms) may then honestly see a change."""
+def _raw(engine_out, run: str, metric: str) -> list[float]:
+    """One run's raw client latencies for a gate's metric (sorted): TTFT or e2e from the harness's records."""
+    field = {"ttft": "ttft_client_s", "e2e": "e2e_s"}[metric]
+    return sorted(r[field] for r in load_records(engine_out, run) if r.get(field) is not None)
+
+
+def test_two_identical_steady_runs_do_not_fail(engine_store, engine_out, tmp_path):
+    """The gate's verdict, not each gate, and only what the runs' own records allow: the two runs sent the same
+    plan, but on a shared 2-core machine the second one can meet other work (a suite beside it made its TTFT p50
+    ×4.8). A critical gate may fail only where the raw latencies moved beyond its tolerance at the level it judged;
+    otherwise the pair passes or is inconclusive."""
     code, doc = _compare(engine_store, tmp_path, "steady_a", "steady_b")
-    assert code in (0, 3), doc["reason"]
-    assert doc["verdict"] in ("pass", "inconclusive")
-    assert not [g for g in doc["gates"] if g["verdict"] == "fail" and g["critical"]]
     # the runs were compared like for like: at least one cohort had enough requests on both sides
     ttft_p50 = next(g for g in doc["gates"] if g["metric"] == "ttft" and g["statistic"] == "p50")
     assert ttft_p50.get("ratio") is not None, ttft_p50.get("reason") or doc["reason"]
+    failed = [g for g in doc["gates"] if g["verdict"] == "fail" and g["critical"]]
+    for g in failed:
+        assert g["kind"] == "latency", g["rollback_criterion"]   # steady runs have no errors to rise
+        before, after = _raw(engine_out, "steady_a", g["metric"]), _raw(engine_out, "steady_b", g["metric"])
+        q = int((g.get("judged_at") or g["statistic"])[1:]) / 100
+        assert _quantile(after, q) > _quantile(before, q) * (1 + g["tolerance"]), (g["rollback_criterion"], q)
+    if not failed:
+        assert code in (0, 3), doc["reason"]
+        assert doc["verdict"] in ("pass", "inconclusive")
