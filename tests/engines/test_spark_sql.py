@@ -107,18 +107,24 @@ def test_a_distinct_string_agg_filter_gives_duckdbs_text_on_spark(duckdb_engine,
 
 
 @pytest.mark.engines
-def test_a_scope_view_is_persisted_once_and_replaced_by_the_next_scope_on_spark(spark_local_engine):
-    """materialise() keeps one persisted frame per view name: the next scope's replaces it and the old one is
-    released (Spark recomputed every scope view at each reference before)."""
+def test_a_scope_view_is_stored_once_read_as_stored_and_replaced_by_the_next_scope_on_spark(spark_local_engine):
+    """materialise() keeps one checkpointed frame per view name. A query that reads it as a CTE, as every rule query
+    reads its views, scans the stored rows, not the files (a persisted frame read there missed Spark's cache and was
+    computed again). The next scope's frame replaces it and the old one's rows are freed."""
     engine = spark_local_engine
+    stored = engine.spark.sparkContext._jsc.getPersistentRDDs
+    before = len(stored())
     first = engine.materialise("scope_requests", "SELECT * FROM requests WHERE run = 'edge'")
     assert first == "SELECT * FROM servlens_scratch_scope_requests"
-    assert engine.query("SELECT count(*) AS n FROM scope_requests", views={"scope_requests": first}) == [{"n": 60}]
-    kept = engine._persisted["scope_requests"]
-    assert kept.is_cached
+    views = {"scope_requests": first}
+    assert engine.query("SELECT count(*) AS n FROM scope_requests", views=views) == [{"n": 60}]
+    in_a_cte = engine.native("WITH c AS (SELECT count(*) AS n FROM scope_requests) SELECT n FROM c", views)
+    plan = engine.spark.sql(in_a_cte)._jdf.queryExecution().executedPlan().toString()
+    assert "Scan ExistingRDD" in plan and "FileScan" not in plan, plan
+    assert len(stored()) == before + 1
     second = engine.materialise("scope_requests", "SELECT * FROM requests WHERE run = 'edge' AND false")
     assert engine.query("SELECT count(*) AS n FROM scope_requests", views={"scope_requests": second}) == [{"n": 0}]
-    assert not kept.is_cached and engine._persisted["scope_requests"].is_cached
+    assert len(stored()) == before + 1
 
 
 def test_a_spark_driver_memory_that_is_not_a_size_is_one_sentence(monkeypatch):
