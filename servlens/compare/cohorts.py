@@ -119,7 +119,7 @@ COVARIATE_MIN_SHARE = 0.9   # the adjusted headline needs the covariates on at l
 
 def _frame(con, sql: str, params=None):
     """A query's result as a polars frame: DuckDB → Arrow (its C stream interface; no pyarrow, no Python rows) →
-    polars."""
+    polars; on an engine, its Arrow result → polars (CompareConnection.sql)."""
     import polars as pl
 
     con.complete()   # a relation cannot start while an execute() result is unread: run that one to its end first

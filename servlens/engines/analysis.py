@@ -184,6 +184,16 @@ MATERIALISED = {"rule_metrics"}
 MATERIALISED_SCOPE_VIEWS = ("scope_requests", "scope_metrics", "scope_counter_increases")
 
 
+def with_parameters(sql: str, params: dict | list | None) -> str:
+    """`sql` with its $name (dict) or ? (list) parameters as SQL literals."""
+    if isinstance(params, dict) and params:
+        return _PARAM.sub(lambda m: sql_literal(params[m.group(1)]) if m.group(1) in params else m.group(0), sql)
+    if params:
+        values = iter(params)
+        return re.sub(r"\?", lambda m: sql_literal(next(values)), sql)
+    return sql
+
+
 class EngineConnection:
     """What servlens' SQL paths need of a DuckDB connection, answered by an engine: `execute(sql, params)` with
     $name (dict) or ? (list) parameters substituted as SQL literals, the current views as CTEs, and
@@ -196,11 +206,7 @@ class EngineConnection:
         self.views: dict[str, str] = {}
 
     def execute(self, sql: str, params: dict | list | None = None) -> _Cursor:
-        if isinstance(params, dict) and params:
-            sql = _PARAM.sub(lambda m: sql_literal(params[m.group(1)]) if m.group(1) in params else m.group(0), sql)
-        elif params:
-            values = iter(params)
-            sql = re.sub(r"\?", lambda m: sql_literal(next(values)), sql)
+        sql = with_parameters(sql, params)
         dropped = _DROP.match(sql)
         if dropped:
             self.views.pop(dropped.group(1), None)

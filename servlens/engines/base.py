@@ -17,12 +17,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servlens.engines import python_functions
 from servlens.engines.functions import DIALECTS, parse, translate
 from servlens.engines.schema import empty_relation_sql
 from servlens.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # The canonical tables an engine binds (DESIGN.md "Engines": `--table` names requests; metric_samples sits beside it).
 CANONICAL_TABLES = ("requests", "metric_samples")
@@ -90,7 +93,8 @@ class QueryStats:
 
 
 class Engine:
-    """One backend. Subclasses implement _connect, _bind_parquet, _bind_tables, _fetch, version and functions."""
+    """One backend. Subclasses implement _bind_parquet, _fetch_arrow (and _fetch where the client has rows of its
+    own), _columns_of_empty, version and functions."""
 
     name = "engine"
 
@@ -171,6 +175,11 @@ class Engine:
         `max_rows` replaces the engine's cap for this query (compare's binned counts)."""
         return self._run(self._computed_native(sql, views), sql, max_rows)
 
+    def query_arrow(self, sql: str, views: dict[str, str] | None = None, max_rows: int | None = None) -> pa.Table:
+        """`query`'s result as an Arrow table, its columns plain as `query`'s values are (plain_columns): the rows
+        never become Python objects (compare's binned counts, millions of rows at 1M requests, go on to polars)."""
+        return plain_columns(self._counted(self._fetch_arrow, self._computed_native(sql, views), sql, max_rows))
+
     def _computed_native(self, sql: str, views: dict[str, str] | None) -> str:
         """The native SQL with servlens' statistical functions computed in Python from the engine's aggregates
         (python_functions): their probes run here."""
@@ -187,22 +196,28 @@ class Engine:
         return None
 
     def _run(self, native: str, sql: str, max_rows: int | None = None) -> list[dict]:
+        rows = self._counted(self._fetch, native, sql, max_rows)
+        return [{k: plain(v) for k, v in row.items()} for row in rows]
+
+    def _counted(self, fetch, native: str, sql: str, max_rows: int | None):
+        """`fetch(native, limit)`'s result (rows, or an Arrow table: both have a len), refused above the cap and
+        counted in self.stats; the client's own errors as one EngineError."""
         max_rows = max_rows or self.max_rows
         started = time.perf_counter()
         try:
-            rows = self._fetch(native, max_rows + 1)
+            result = fetch(native, max_rows + 1)
         except ConfigError:
             raise
         except Exception as exc:  # each client has its own error classes; one sentence, the engine named
             raise EngineError(self, native, exc) from exc
         self.stats.seconds += time.perf_counter() - started
-        if len(rows) > max_rows:
+        if len(result) > max_rows:
             raise ConfigError(f"A query on {self.name} returned more than {max_rows} rows; servlens only moves "
                               "aggregates", "This is a bug in the rule's SQL: aggregate before returning rows")
         self.stats.queries += 1
-        self.stats.rows_moved += len(rows)
-        self.stats.log.append((" ".join(sql.split())[:80], len(rows)))
-        return [{k: plain(v) for k, v in row.items()} for row in rows]
+        self.stats.rows_moved += len(result)
+        self.stats.log.append((" ".join(sql.split())[:80], len(result)))
+        return result
 
     def one(self, sql: str) -> dict:
         found = self.query(sql)
@@ -234,6 +249,14 @@ class Engine:
         self._fetch(native_sql, 0)
 
     def _fetch(self, native_sql: str, limit: int) -> list[dict]:
+        """At most `limit` rows as dicts: the Arrow result's, unless the engine's client has rows of its own."""
+        table = self._fetch_arrow(native_sql, limit)
+        self.last_columns = list(table.column_names)
+        self.last_types = arrow_types(table.schema)
+        return table.to_pylist()
+
+    def _fetch_arrow(self, native_sql: str, limit: int) -> pa.Table:
+        """At most `limit` rows as an Arrow table (the engine's own values: plain_columns comes after)."""
         raise NotImplementedError
 
     def version(self) -> str:
@@ -384,6 +407,46 @@ def arrow_types(schema) -> dict[str, str]:
         if name is not None:
             found[column.name] = name
     return found
+
+
+def empty_lists_as_null(table: pa.Table) -> pa.Table:
+    """ClickHouse and Spark have no NULL array: a list aggregated over no row (array_agg, collect_list) is [] there
+    and NULL in DuckDB, the reference, so an empty list (or map) column value reads as NULL."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for i, column in enumerate(table.schema):
+        kind = column.type
+        if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind)):
+            continue
+        # a value's length from its offsets (list_value_length has no kernel for maps); a NULL has length 0 too
+        chunks = [pc.if_else(pa.array(np.diff(chunk.offsets.to_numpy()) == 0), pa.scalar(None, kind), chunk)
+                  for chunk in table.column(i).chunks]
+        table = table.set_column(i, column.with_nullable(True), pa.chunked_array(chunks, kind))
+    return table
+
+
+def plain_columns(table: pa.Table) -> pa.Table:
+    """An Arrow result's columns as `plain` makes each value: timezone-aware timestamps as naive UTC, decimals as
+    doubles; and dictionary-encoded columns as their values (polars would read them as categoricals, which sort
+    by code, not by value)."""
+    import pyarrow as pa
+
+    for i, column in enumerate(table.schema):
+        kind, values = column.type, table.column(i)
+        if pa.types.is_timestamp(kind) and kind.tz is not None:
+            values = values.cast(pa.timestamp(kind.unit))   # Arrow holds UTC instants: dropping the zone keeps them
+        elif pa.types.is_decimal(kind):
+            # through the decimal's text, as float(Decimal) reads it (plain): Arrow's own cast to double is often
+            # an ulp off (1.1 at scale 6 became 1.0999999999999999)
+            values = values.cast(pa.string()).cast(pa.float64())
+        elif pa.types.is_dictionary(kind):
+            values = values.cast(kind.value_type)
+        else:
+            continue
+        table = table.set_column(i, column.with_type(values.type), values)
+    return table
 
 
 def plain(value: Any) -> Any:

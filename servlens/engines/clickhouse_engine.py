@@ -12,11 +12,15 @@ import itertools
 import logging
 import urllib.parse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from servlens.engines.base import Engine, arrow_types
+from servlens.engines.base import Engine, empty_lists_as_null
 from servlens.engines.functions import translate
 from servlens.engines.schema import empty_relation_sql
 from servlens.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # Times are UTC everywhere in servlens; Parquet columns carry no hive partitions (run and day are in the files);
 # a column name wins over a select alias of the same name (`count(run) AS run ... WHERE run IN (...)` filters by
@@ -76,11 +80,8 @@ class ChDBEngine(Engine):
             return None    # own error, if it has one, is the one the query reports)
         return f"SELECT * FROM {self.scratch}.{name}"
 
-    def _fetch(self, native_sql: str, limit: int) -> list[dict]:
-        table = self._session.query(native_sql, "ArrowTable")
-        self.last_columns = list(table.column_names)
-        self.last_types = arrow_types(table.schema)
-        return [_null_arrays(row) for row in table.to_pylist()]
+    def _fetch_arrow(self, native_sql: str, limit: int) -> pa.Table:
+        return empty_lists_as_null(self._session.query(native_sql, "ArrowTable"))
 
     def _columns_of_empty(self, table: str) -> list[str]:
         return [row["name"] for row in self._fetch(f"DESCRIBE TABLE {self.tables[table]}", 10_000)]
@@ -137,6 +138,9 @@ class ClickHouseServerEngine(Engine):
         self.last_types = {}   # clickhouse-connect's rows carry no Arrow schema: the literals stay untyped
         return [_null_arrays(dict(zip(result.column_names, row))) for row in result.result_rows]
 
+    def _fetch_arrow(self, native_sql: str, limit: int) -> pa.Table:
+        return empty_lists_as_null(self._client.query_arrow(native_sql, use_strings=True))
+
     def _columns_of_empty(self, table: str) -> list[str]:
         return [row["name"] for row in self._fetch(f"DESCRIBE TABLE {self.tables[table]}", 10_000)]
 
@@ -154,8 +158,8 @@ class ClickHouseServerEngine(Engine):
 
 
 def _null_arrays(row: dict) -> dict:
-    """ClickHouse has no NULL array: an array_agg over no row is [] there and NULL in DuckDB, so an empty array
-    reads as NULL (no list), as DuckDB's."""
+    """A clickhouse-connect row with an empty array as NULL (no list), as empty_lists_as_null reads an Arrow
+    result's."""
     return {k: (None if isinstance(v, list) and not v else v) for k, v in row.items()}
 
 

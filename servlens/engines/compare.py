@@ -7,7 +7,8 @@ stay in one place and run unchanged:
 
 - `execute(sql, params)` (EngineConnection): parameters as SQL literals, every query through servlens' function
   map (quantile_disc, list, epoch_us, ... exactly: servlens/engines/functions.py), the views it reads as CTEs;
-- `sql(sql, params)`: the same, as the polars frame cohorts._frame reads (aggregate rows only);
+- `sql(sql, params)`: the same, as the polars frame cohorts._frame reads (aggregate rows only), straight from
+  the engine's Arrow result (Engine.query_arrow);
 - `register(name, columns)`: the per-model covariate fit (a few rows) as a literal view, nothing created on the
   engine;
 - `stored_order`: the tie-break of the time batches. The store breaks ties in arrival time by row id; an export
@@ -24,7 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from servlens.engines.analysis import EngineConnection, _value_literal, engine_manifest, manifest_views
+from servlens.engines.analysis import (
+    EngineConnection,
+    _value_literal,
+    engine_manifest,
+    manifest_views,
+    with_parameters,
+)
 from servlens.engines.base import Engine, TableSource, export_runs
 from servlens.errors import ConfigError, InputError
 
@@ -50,13 +57,13 @@ class CompareConnection(EngineConnection):
         self.views = {"sources": manifest_views(kept)["sources"]}
 
     def sql(self, sql: str, params: dict | list | None = None):
-        """The query's rows as a polars frame, column by column (an empty result keeps its column names)."""
+        """The query's result as a polars frame made from the engine's Arrow table, as the store's is made from
+        DuckDB's: no Python rows (a 1M-request pair's binned counts are millions of rows), and an empty result keeps
+        its columns and their types."""
         import polars as pl
 
-        cursor = self.execute(sql, params)
-        columns = [d[0] for d in cursor.description]
-        rows = cursor.fetchall()
-        return pl.DataFrame({name: [row[i] for row in rows] for i, name in enumerate(columns)}, strict=False)
+        table = self.engine.query_arrow(with_parameters(sql, params), views=self.views, max_rows=self.max_rows)
+        return pl.from_arrow(table)
 
     def complete(self) -> None:
         """Nothing is left unread: every engine query is fetched whole (cohorts._frame calls this for DuckDB)."""

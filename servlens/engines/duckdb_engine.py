@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from servlens.engines.base import Engine
 from servlens.engines.schema import empty_relation_sql
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# rows per Arrow batch read from DuckDB: reading stops at the batch that reaches the cap (Engine.max_rows)
+ARROW_BATCH_ROWS = 100_000
 
 
 def _quote(text: str) -> str:
@@ -87,6 +94,19 @@ class DuckDBEngine(Engine):
         self.last_columns = names
         self.last_types = {}   # DuckDB reads the store itself: no fetched row goes back to it as literals
         return [dict(zip(names, row)) for row in cursor.fetchmany(limit)]
+
+    def _fetch_arrow(self, native_sql: str, limit: int) -> pa.Table:
+        import pyarrow as pa
+
+        # a relation, not execute(): DuckDB copies a cursor's rows once more to make Arrow of them
+        reader = self.con.sql(native_sql).to_arrow_reader(ARROW_BATCH_ROWS)
+        batches, rows = [], 0
+        for batch in reader:
+            batches.append(batch)
+            rows += batch.num_rows
+            if rows >= limit:
+                break
+        return pa.Table.from_batches(batches, reader.schema).slice(0, limit)
 
     def execute(self, native_sql: str) -> None:
         self.con.execute(native_sql)

@@ -9,11 +9,15 @@ import logging
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from servlens.engines.base import Engine, arrow_types
+from servlens.engines.base import Engine, empty_lists_as_null
 from servlens.engines.functions import translate
 from servlens.engines.schema import empty_relation_sql
 from servlens.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # UTC like every servlens time; the UI off and the driver on loopback (servers bind to 127.0.0.1 only); few
 # shuffle partitions: servlens' aggregates are small, Spark's default of 200 only adds scheduling time.
@@ -108,13 +112,9 @@ class SparkEngine(Engine):
         self._persisted[name] = frame
         return f"SELECT * FROM {view}"
 
-    def _fetch(self, native_sql: str, limit: int) -> list[dict]:
-        table = self.spark.sql(native_sql).limit(limit).toArrow()
-        self.last_columns = list(table.column_names)
-        self.last_types = arrow_types(table.schema)
-        # collect_list over no row is [] where DuckDB's list() is NULL (rule SL010's levels list): an empty array
-        # reads as NULL (no list), as the ClickHouse engines read theirs
-        return [{k: (None if isinstance(v, list) and not v else v) for k, v in row.items()} for row in table.to_pylist()]
+    def _fetch_arrow(self, native_sql: str, limit: int) -> pa.Table:
+        # collect_list over no row is [] where DuckDB's list() is NULL (rule SL010's levels list)
+        return empty_lists_as_null(self.spark.sql(native_sql).limit(limit).toArrow())
 
     def execute(self, native_sql: str) -> None:
         self.spark.sql(native_sql)

@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from servlens.compare.engine import compare_runs, exit_code
@@ -267,3 +268,87 @@ def test_compares_row_cap_is_its_own_and_leaves_the_engines_analysis_cap(pair_ex
         assert engine.max_rows == 10
         with pytest.raises(ConfigError, match="returned more than 10 rows"):
             engine.query("SELECT request_id FROM requests LIMIT 50")
+
+
+def test_compares_frames_are_the_stores(pair_store, pair_export, monkeypatch):
+    """The frames compare's numpy code reads (cohorts._frame) come from the engine's Arrow result as the store's come
+    from DuckDB's: the store's values, in the store's very types on DuckDB reading the export, integers as integers
+    on chDB (its own widths: UInt8 sides, UInt64 counts), and an empty result's columns typed. Python rows made
+    every integer column Int64 and an empty result's columns untyped (polars' Null)."""
+    pytest.importorskip("chdb", reason="chdb is not installed (pip install 'servlens[engines]')")
+    from polars.testing import assert_frame_equal
+
+    from servlens.compare import cohorts
+    from servlens.engines import open_engine
+
+    before, after = "gw-healthy", "gw-timeout-fallback"   # one of its latency queries answers with no row
+    frames: list = []
+    frame = cohorts._frame
+
+    def recorded(*args, **kwargs):
+        frames.append(frame(*args, **kwargs))
+        return frames[-1]
+
+    monkeypatch.setattr(cohorts, "_frame", recorded)
+
+    def in_order(found: list) -> list:
+        return [f.sort(f.columns) for f in found]
+
+    _reference(pair_store, before, after, None)
+    on_store = in_order(frames)
+    found = {}
+    for name in ("duckdb", "chdb"):
+        frames.clear()
+        with open_engine(name) as engine:
+            compare_on(engine, pair_export, before, after, load_policy(None))
+        found[name] = in_order(frames)
+    assert len(on_store) == len(found["duckdb"]) == len(found["chdb"]) > 5
+    assert any(f.height == 0 for f in on_store)
+    for want, on_duckdb, on_chdb in zip(on_store, found["duckdb"], found["chdb"]):
+        assert_frame_equal(on_duckdb, want)
+        assert_frame_equal(on_chdb, want, check_dtypes=False)
+        assert [(c.dtype.is_integer(), c.dtype == pl.String) for c in on_chdb] == \
+            [(c.dtype.is_integer(), c.dtype == pl.String) for c in want]
+
+
+def _arrow_is_the_rows(engine, export: Path) -> None:
+    """Engine.query_arrow answers what Engine.query answers, value for value, and is counted and capped the same."""
+    from servlens.engines import TableSource
+    from servlens.errors import ConfigError
+
+    engine.bind(TableSource.parse(f"parquet:{export}"))
+    # a time (ClickHouse's and Spark's carry their zone), an empty list (NULL on DuckDB, [] on the others), decimals:
+    # 1.1 as float() reads it (Arrow's own cast to double makes it 1.0999999999999999), an unsigned count on ClickHouse
+    sql = """SELECT run, coalesce(model, '(no model)') AS m, count(*) AS n, min(t_arrival) AS t,
+                    list(request_id) FILTER (WHERE ttft_s < 0) AS none, CAST(1.1 AS DECIMAL(18, 6)) AS d,
+                    CAST(sum(prompt_tokens) AS DECIMAL(38, 6)) / 7 AS mean
+             FROM requests GROUP BY ALL ORDER BY run, m"""
+    rows = engine.query(sql)
+    table = engine.query_arrow(sql)
+    assert rows and table.to_pylist() == rows
+    assert rows[0]["none"] is None and rows[0]["d"] == 1.1
+    assert engine.stats.log[-1] == engine.stats.log[-2] == (" ".join(sql.split())[:80], len(rows))
+    empty = engine.query_arrow(sql.replace("GROUP BY", "WHERE run = 'none' GROUP BY"))
+    assert empty.num_rows == 0 and empty.column_names == list(rows[0])
+    with pytest.raises(ConfigError, match="returned more than 1 rows"):
+        engine.query_arrow(sql, max_rows=1)
+
+
+@pytest.mark.parametrize("name", ["duckdb", "chdb"])
+def test_arrow_results_are_the_rows(pair_export, name):
+    if name == "chdb":
+        pytest.importorskip("chdb", reason="chdb is not installed (pip install 'servlens[engines]')")
+    from servlens.engines import open_engine
+
+    with open_engine(name) as engine:
+        _arrow_is_the_rows(engine, pair_export)
+
+
+@pytest.mark.engines
+def test_arrow_results_are_the_rows_on_spark(pair_export, spark_local_engine, export_dir):
+    from servlens.engines import TableSource
+
+    try:
+        _arrow_is_the_rows(spark_local_engine, pair_export)
+    finally:   # the session's engine is shared with the analyze tests: give it back their export
+        spark_local_engine.bind(TableSource.parse(f"parquet:{export_dir}"))
