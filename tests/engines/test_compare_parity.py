@@ -201,6 +201,22 @@ def test_compare_is_the_stores_on_spark(pair_store, pair_export, spark_local_eng
         spark_local_engine.bind(TableSource.parse(f"parquet:{export_dir}"))
 
 
+@pytest.mark.engines
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("before, after, policy, verdict, batches", PAIRS, ids=[_pair_id(p) for p in PAIRS])
+def test_compare_is_the_stores_on_a_spark_standalone_cluster(pair_store, pair_export, spark_cluster_engine, export_dir,
+                                                             before, after, policy, verdict, batches):
+    """The same documents from a master and two workers on loopback: the binned counts are aggregated across
+    executors, so a bin or a batch cut that depended on one partition's order would show here."""
+    from servlens.engines import TableSource
+
+    try:
+        check_compare_parity(spark_cluster_engine, pair_export, _reference(pair_store, before, after, policy), before,
+                             after, policy)
+    finally:
+        spark_cluster_engine.bind(TableSource.parse(f"parquet:{export_dir}"))
+
+
 def _servlens(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "servlens", *args], capture_output=True, text=True, check=False,
                           cwd=cwd)
