@@ -92,9 +92,11 @@ def _windows_sql(spec) -> str:
                 "WHERE 1 = 0")
     t0 = spec.t0.isoformat(sep=" ")
     width_us = round(spec.width_s * 1e6)
+    # the window number widened before it is multiplied: 36 one-minute windows are past 2^31 µs (a day's 1,440
+    # made Spark refuse SL013 with an overflow)
     return (f"SELECT CAST(i AS INTEGER) AS t_window, "
-            f"TIMESTAMP '{t0}' + to_microseconds(CAST(i * {width_us} AS BIGINT)) AS w_start, "
-            f"TIMESTAMP '{t0}' + to_microseconds(CAST((i + 1) * {width_us} AS BIGINT)) AS w_end, "
+            f"TIMESTAMP '{t0}' + to_microseconds(CAST(i AS BIGINT) * {width_us}) AS w_start, "
+            f"TIMESTAMP '{t0}' + to_microseconds((CAST(i AS BIGINT) + 1) * {width_us}) AS w_end, "
             f"CAST({spec.width_s} AS DOUBLE) AS width_s, i = 0 AS is_first "
             f"FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d AS i FROM ({_DIGITS}) a CROSS JOIN ({_DIGITS}) b "
             f"CROSS JOIN ({_DIGITS}) c CROSS JOIN ({_DIGITS}) e) digits WHERE i < {spec.count}")

@@ -25,6 +25,7 @@ meaning it relies on; sqlglot only prints the result. What is mapped, per engine
 | ts + to_microseconds(n)                       | ts + toIntervalMicrosecond(n)                | timestamp_micros(unix_micros(ts) + n)  |
 | labels['k'] (a MAP; NULL when the key is absent) | if(mapContains(labels, 'k'), labels['k'], NULL) | try_element_at(labels, 'k')     |
 | a / b                                         | a / b (inf / nan on zero, as DuckDB)         | try_divide(CAST(a AS DOUBLE), b)       |
+| avg(x) (a DOUBLE, also of a DECIMAL)          | avg(x)                                       | avg(CAST(x AS DOUBLE))                 |
 | printf(fmt, ...)                              | see _ch_printf                               | format_string, see _spark_printf       |
 | regexp_full_match(s, p)                       | match(s, '^(?:p)$')                          | s RLIKE '^(?:p)\\z'                     |
 | GROUP BY ALL                                  | expanded to the non-aggregate select items   | expanded                               |
@@ -722,6 +723,14 @@ def _spark_div(node: exp.Div):
     return exp.Anonymous(this="try_divide", expressions=[dividend, node.expression])
 
 
+def _spark_avg(node: exp.Avg):
+    # DuckDB averages a DECIMAL (every 1.0 in `avg(CASE WHEN ... THEN 1.0 ELSE 0.0 END)`) into a DOUBLE; Spark keeps a
+    # DECIMAL four places wider, so a share of 0.011712493 came back as 0.01171
+    if isinstance(node.this, exp.Cast) and node.this.to.is_type("double"):
+        return None
+    return exp.Avg(this=exp.Cast(this=node.this.copy(), to=exp.DataType.build("DOUBLE")))
+
+
 def _spark_add(node: exp.Add | exp.Sub):
     """ts ± to_microseconds(n) -> the timestamp n µs later or earlier (Spark has no µs interval constructor for
     any n)."""
@@ -987,9 +996,10 @@ _SPARK = {
     exp.DateBin: _spark_bucket,
     exp.TimeToUnix: _spark_epoch,
     exp.Div: _spark_div,
+    exp.Avg: _spark_avg,
 }
 
 # What the map rewrites, for `servlens engines check` (the names a rule writes, DuckDB's spelling).
 MAPPED_FUNCTIONS = ("quantile_cont", "quantile_disc", "percentile_cont", "median", "list", "date_diff", "date_trunc",
-                    "time_bucket", "epoch", "epoch_us", "isfinite", "regr_slope", "map subscript", "division",
+                    "time_bucket", "epoch", "epoch_us", "isfinite", "regr_slope", "map subscript", "division", "avg",
                     "GROUP BY ALL", "ORDER BY ALL")

@@ -7,8 +7,12 @@ microsecond, regression slopes, window ranks and batches, label lookups on an ab
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
+from servlens.analysis.windows import WindowSpec
+from servlens.engines.analysis import _windows_sql
 from servlens.engines.base import same_number
 from servlens.engines.functions import UnsupportedSQL, translate
 
@@ -72,6 +76,12 @@ PARITY_CASES = [
                sum(completion_tokens) / nullif(sum(CASE WHEN false THEN 1 ELSE 0 END), 0) AS nothing,
                count_if(ttft_s > 1.0) AS slow
         FROM requests GROUP BY ALL ORDER BY run"""),
+    ("a share as an average of 1.0 and 0.0 (DECIMALs): a DOUBLE, every digit", """
+        SELECT run, avg(CASE WHEN ttft_s > 0.05 THEN 1.0 ELSE 0.0 END) AS slow_share, avg(prompt_tokens) AS mean_prompt
+        FROM requests GROUP BY ALL ORDER BY run"""),
+    ("a day of one-minute windows, as an engine's scope_windows numbers them", f"""
+        SELECT count(*) AS windows, min(w_start) AS first, max(w_end) AS last
+        FROM ({_windows_sql(WindowSpec(datetime(2026, 11, 29), datetime(2026, 11, 29, 23, 59, 30), 60.0, 1800.0))})"""),
 ]
 
 
@@ -217,6 +227,14 @@ def test_a_timestamp_minus_microseconds_is_shifted_in_microseconds_on_spark():
 
 # ---------------------------------------------------------------------------------------------------------------
 # printf on Spark (Java's Formatter): NULL stays NULL, %f rounds as DuckDB does, %g loses C's trailing zeros
+
+
+def test_an_average_is_a_double_on_spark():
+    """DuckDB's avg of a DECIMAL (1.0 is one) is a DOUBLE; Spark's a DECIMAL of four more places (0.011712493 read
+    0.01171)."""
+    out = translate("SELECT avg(CASE WHEN ok THEN 1.0 ELSE 0.0 END) AS share, avg(CAST(x AS DOUBLE)) AS m FROM t", "spark")
+    assert out == ("SELECT AVG(CAST(CASE WHEN ok THEN 1.0 ELSE 0.0 END AS DOUBLE)) AS share, AVG(CAST(x AS DOUBLE)) AS m "
+                   "FROM t AS t")
 
 
 def test_spark_printf_keeps_null_and_divides_as_doubles():
