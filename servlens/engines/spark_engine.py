@@ -46,9 +46,9 @@ def driver_conf() -> dict[str, str]:
             raise ConfigError(f"{DRIVER_MEMORY_ENV}={wanted!r} is not a memory size",
                               "Set it like 8g or 4096m, or unset it for a quarter of the RAM")
         return {"spark.driver.memory": wanted}
-    from servlens.store.schema import _physical_memory_bytes
+    from servlens.store.schema import physical_memory_bytes
 
-    total = _physical_memory_bytes() or 0
+    total = physical_memory_bytes() or 0
     return {"spark.driver.memory": f"{max(2, min(8, total // 4 // (1 << 30)))}g"}
 
 

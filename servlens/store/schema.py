@@ -205,7 +205,7 @@ DEFAULT_MEMORY_BASE_MIB = 512
 DEFAULT_MEMORY_PER_THREAD_MIB = 128
 
 
-def _physical_memory_bytes() -> int | None:
+def physical_memory_bytes() -> int | None:
     """RAM this process may use: the machine's, or a smaller cgroup (container) limit."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -228,7 +228,7 @@ def default_memory_limit_mib(threads: int | None = None) -> int:
     peaked at 12.9 GB and ran 58 times as long as at 1M (benchmarks/RESULTS.md)."""
     threads = threads or os.cpu_count() or 1
     wanted = DEFAULT_MEMORY_BASE_MIB + DEFAULT_MEMORY_PER_THREAD_MIB * threads
-    total = _physical_memory_bytes()
+    total = physical_memory_bytes()
     if total:
         wanted = min(wanted, int(total * DEFAULT_MEMORY_SHARE) // (1 << 20))
     return max(256, wanted)

@@ -79,7 +79,7 @@ def test_the_spark_driver_memory_follows_the_ram_unless_spark_driver_memory_is_s
     from servlens.store import schema
 
     monkeypatch.setenv("SPARK_DRIVER_MEMORY", env)
-    monkeypatch.setattr(schema, "_physical_memory_bytes", lambda: ram_gib << 30)
+    monkeypatch.setattr(schema, "physical_memory_bytes", lambda: ram_gib << 30)
     assert spark_engine.driver_conf() == {"spark.driver.memory": expected}
 
 

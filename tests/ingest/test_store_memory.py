@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from servlens.errors import InputError
-from servlens.store.schema import _physical_memory_bytes, default_memory_limit_mib, open_store
+from servlens.store.schema import physical_memory_bytes, default_memory_limit_mib, open_store
 
 
 def _settings(con) -> tuple[str, str]:
@@ -21,7 +21,7 @@ def test_default_limit_is_what_the_work_needs_and_memory_stores_spill_to_the_sys
     monkeypatch.delenv("SERVLENS_TEMP_DIR", raising=False)
     con = open_store(None)
     limit, temp = _settings(con)
-    expected_mib = min(512 + 128 * os.cpu_count(), int(_physical_memory_bytes() * 0.6) // (1 << 20))
+    expected_mib = min(512 + 128 * os.cpu_count(), int(physical_memory_bytes() * 0.6) // (1 << 20))
     number, unit = limit.split()
     assert float(number) * (1024 if unit == "GiB" else 1) == pytest.approx(expected_mib, rel=0.01)
     assert Path(temp).parent == Path(tempfile.gettempdir()) and Path(temp).name.startswith("servlens-spill-")
@@ -31,11 +31,11 @@ def test_default_limit_is_what_the_work_needs_and_memory_stores_spill_to_the_sys
 def test_the_default_limit_grows_with_threads_and_stays_under_sixty_percent_of_ram(monkeypatch):
     from servlens.store import schema
 
-    monkeypatch.setattr(schema, "_physical_memory_bytes", lambda: 24 << 30)
+    monkeypatch.setattr(schema, "physical_memory_bytes", lambda: 24 << 30)
     assert [default_memory_limit_mib(n) for n in (1, 2, 8, 64)] == [640, 768, 1536, 8704]
-    monkeypatch.setattr(schema, "_physical_memory_bytes", lambda: 1 << 30)
+    monkeypatch.setattr(schema, "physical_memory_bytes", lambda: 1 << 30)
     assert default_memory_limit_mib(2) == 614  # a small container: 60% of it
-    monkeypatch.setattr(schema, "_physical_memory_bytes", lambda: 256 << 20)
+    monkeypatch.setattr(schema, "physical_memory_bytes", lambda: 256 << 20)
     assert default_memory_limit_mib(2) == 256
 
 
